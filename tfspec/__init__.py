@@ -4,3 +4,10 @@ import os as _os
 
 # Keras 3 picks its backend at import time; tfspec is a TensorFlow library.
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from tfspec import models  # noqa: E402
+from tfspec.generate import Generation, generate  # noqa: E402
+from tfspec.sampling import Sampling  # noqa: E402
+from tfspec.stats import DecodeStats  # noqa: E402
+
+__all__ = ["DecodeStats", "Generation", "Sampling", "generate", "models"]

@@ -1,0 +1,206 @@
+"""`tfspec.generate`: validated inputs in, tokens and per-row statistics out."""
+
+import dataclasses
+import weakref
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tfspec import decoding
+from tfspec import distribute as distribute_lib
+from tfspec import sampling as sampling_lib
+from tfspec import stats as stats_lib
+from tfspec.models import prompt_lookup
+
+_TARGET_DEFAULT = object()  # eos_id sentinel: "use the target's EOS id".
+_MIN_PROMPT_BUCKET = 8
+
+
+@dataclasses.dataclass
+class Generation:
+    """The result of `generate`.
+
+    Attributes:
+      tokens: int32 [batch, max_new_tokens], the pad id after a row ends (EOS included).
+      lengths: int32 [batch], tokens emitted per row.
+      stats: per-row `DecodeStats`.
+    """
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    stats: stats_lib.DecodeStats
+
+    def row_tokens(self, i: int) -> list:
+        return self.tokens[i, :self.lengths[i]].tolist()
+
+
+def _bucket(width: int) -> int:
+    """Prompt widths are padded to powers of two so varied prompts share compiled loops."""
+    return max(_MIN_PROMPT_BUCKET, 1 << (int(width) - 1).bit_length())
+
+
+def _prompt_array(prompts, prompt_lengths, pad_id: int):
+    """Normalises prompts to (int32 [batch, bucket] left-aligned, int32 [batch])."""
+    if prompt_lengths is None:
+        if isinstance(prompts, np.ndarray) and prompts.ndim == 2:
+            raise ValueError("an array of prompts needs prompt_lengths (int [batch])")
+        rows = [list(np.asarray(p, dtype=np.int64).reshape(-1)) for p in prompts]
+        lengths = np.array([len(r) for r in rows], dtype=np.int32)
+        array = np.full([len(rows), max(lengths.max(initial=1), 1)], pad_id, dtype=np.int64)
+        for i, row in enumerate(rows):
+            array[i, :len(row)] = row
+    else:
+        array = np.asarray(prompts, dtype=np.int64)
+        lengths = np.asarray(prompt_lengths, dtype=np.int32).reshape(-1)
+        if array.ndim != 2 or lengths.shape[0] != array.shape[0]:
+            raise ValueError(f"prompts must be int [batch, width] with prompt_lengths [batch]; "
+                             f"got shapes {list(array.shape)} and {list(lengths.shape)}")
+        if np.any(lengths > array.shape[1]):
+            raise ValueError("a prompt length exceeds the prompt array width")
+    if len(lengths) == 0:
+        raise ValueError("prompts is empty: pass at least one prompt")
+    empty = np.flatnonzero(lengths < 1)
+    if empty.size:
+        raise ValueError(f"prompt {int(empty[0])} is empty ({empty.size} empty in all); every "
+                         f"prompt needs at least one token")
+    width = _bucket(array.shape[1])
+    padded = np.full([array.shape[0], width], pad_id, dtype=np.int64)
+    padded[:, :array.shape[1]] = array
+    return padded, lengths
+
+
+def _check_tokens(array: np.ndarray, lengths: np.ndarray, vocab_size: int) -> None:
+    valid = np.arange(array.shape[1])[None, :] < lengths[:, None]
+    bad = valid & ((array < 0) | (array >= vocab_size))
+    if bad.any():
+        row = int(np.argwhere(bad)[0][0])
+        raise ValueError(f"prompt {row} has token ids outside the vocabulary [0, {vocab_size})")
+
+
+# Compiled loops per target: {target: {(draft, config, jit, fns): tf.function}}. Weak keys
+# let models be garbage collected together with their compiled programs.
+_COMPILED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, accept_fn,
+             draft_sample_fn):
+    def run(prompt_ids, prompt_lengths, row_keys, seed):
+        out_ids, lengths, state = decoding.decode_loop(
+            target, draft, prompt_ids, prompt_lengths, row_keys, seed, config,
+            accept_fn=accept_fn, draft_sample_fn=draft_sample_fn)
+        return {"out_ids": out_ids, "lengths": lengths, "rounds": state.rounds,
+                "drafted": state.drafted, "accepted": state.accepted,
+                "verified": state.verified,
+                "accepted_per_position": state.accepted_per_position,
+                "beta_sum": state.beta_sum}
+
+    if jit_compile is None:  # Eager: tf.while_loop runs as a Python loop.
+        return run
+    key = (draft, config, jit_compile, accept_fn, draft_sample_fn)
+    per_target = _COMPILED.setdefault(target, {})
+    if key not in per_target:
+        # Traced once per (batch, prompt bucket) input shape.
+        per_target[key] = tf.function(run, jit_compile=jit_compile)
+    return per_target[key]
+
+
+def generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
+             sampling: Optional[sampling_lib.Sampling] = None, seed: int = 0,
+             eos_id=_TARGET_DEFAULT, row_keys: Optional[Sequence[int]] = None,
+             prompt_lengths=None, jit_compile: Optional[bool] = True,
+             strategy: Optional[tf.distribute.Strategy] = None,
+             accept_fn=None, draft_sample_fn=None) -> Generation:
+    """Decodes a batch with exact speculative sampling (or autoregressively).
+
+    Args:
+      target: the model whose distribution the output follows (a `DecodeModel`).
+      prompts: a list of token-id lists (ragged), or an int array [batch, width] together with
+        `prompt_lengths`. Encoder input for an encoder-decoder target, prefix otherwise.
+      draft: the proposal model; None (or k = 0) decodes autoregressively through the same
+        compiled machinery: the baseline every speed-up is measured against.
+      k: draft tokens per round.
+      max_new_tokens: tokens to generate per row at most.
+      sampling: `Sampling` applied identically to target and draft; default temperature 1.
+      seed: request seed. A row's tokens depend only on (seed, row content, row key).
+      eos_id: stop id; defaults to the target's; None disables stopping.
+      row_keys: optional per-row integers for the random streams (default: row index).
+      prompt_lengths: int [batch] when `prompts` is an array.
+      jit_compile: True = one XLA program; False = tf.function graph; None = eager.
+      strategy: a `tf.distribute.Strategy`; the batch is split across its replicas.
+      accept_fn, draft_sample_fn: overrides of the rule, for testing only.
+
+    Returns:
+      A `Generation` with numpy `tokens`, `lengths` and `stats`.
+    """
+    sampling = sampling_lib.Sampling() if sampling is None else sampling
+    if not isinstance(sampling, sampling_lib.Sampling):
+        raise ValueError(f"sampling must be a tfspec.Sampling, got {type(sampling).__name__}")
+    if int(k) != k or k < 0:
+        raise ValueError(f"k must be a non-negative integer (0 = autoregressive), got {k}")
+    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens}")
+    k = int(k) if draft is not None else 0
+    if k == 0:
+        draft = None
+    if draft is not None:
+        if isinstance(draft, prompt_lookup.PromptLookup) and draft.vocab_size is None:
+            draft = _adopted_prompt_lookup(draft, target.vocab_size)
+        if draft.vocab_size != target.vocab_size:
+            raise ValueError(f"target and draft must share the vocabulary: target vocab_size "
+                             f"{target.vocab_size} != draft vocab_size {draft.vocab_size}")
+    if eos_id is _TARGET_DEFAULT:
+        eos_id = target.eos_id
+    if eos_id is not None and not 0 <= int(eos_id) < target.vocab_size:
+        raise ValueError(f"eos_id {eos_id} is outside the vocabulary [0, {target.vocab_size})")
+
+    prompt_ids, lengths = _prompt_array(prompts, prompt_lengths, target.pad_id)
+    _check_tokens(prompt_ids, lengths, target.vocab_size)
+    limit = target.max_prompt_length
+    if limit is not None and lengths.max() > limit:
+        row = int(np.argmax(lengths))
+        raise ValueError(f"prompt {row} has {int(lengths[row])} tokens, more than the target's "
+                         f"limit of {limit}; truncate it or use a model with a longer limit")
+    batch = prompt_ids.shape[0]
+    if row_keys is None:
+        keys = np.arange(batch, dtype=np.int64)
+    else:
+        keys = np.asarray(row_keys, dtype=np.int64).reshape(-1)
+        if keys.shape[0] != batch:
+            raise ValueError(f"row_keys has {keys.shape[0]} entries for {batch} prompts")
+
+    config = decoding.LoopConfig(
+        k=k, max_new_tokens=int(max_new_tokens), sampling=sampling,
+        eos_id=None if eos_id is None else int(eos_id),
+        start_id=int(getattr(target, "decoder_start_id", target.pad_id)))
+    from tfspec import acceptance as acceptance_lib  # Local: defaults only.
+    run = _loop_fn(target, draft, config, jit_compile,
+                   accept_fn or acceptance_lib.accept,
+                   draft_sample_fn or sampling_lib.sample_categorical)
+    inputs = (tf.constant(prompt_ids, tf.int32), tf.constant(lengths, tf.int32),
+              tf.constant(keys, tf.int64), tf.constant(seed, tf.int64))
+    if strategy is not None and strategy.num_replicas_in_sync > 1:
+        out = distribute_lib.run_split(strategy, run, inputs[:3], inputs[3])
+    else:
+        out = {name: value.numpy() for name, value in run(*inputs).items()}
+
+    out_lengths = out["lengths"].astype(np.int32)
+    tokens = out["out_ids"][:, 1:max_new_tokens + 1].astype(np.int32)
+    tokens = np.where(np.arange(max_new_tokens)[None, :] < out_lengths[:, None], tokens,
+                      target.pad_id).astype(np.int32)
+    stats = stats_lib.DecodeStats(
+        rounds=out["rounds"], drafted=out["drafted"], accepted=out["accepted"],
+        verified=out["verified"], accepted_per_position=out["accepted_per_position"],
+        beta_sum=out["beta_sum"], tokens=out_lengths)
+    return Generation(tokens=tokens, lengths=out_lengths, stats=stats)
+
+
+_ADOPTED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _adopted_prompt_lookup(draft, vocab_size: int):
+    """One bound copy per (draft, vocab) so compiled loops are reused across calls."""
+    per_draft = _ADOPTED.setdefault(draft, {})
+    if vocab_size not in per_draft:
+        per_draft[vocab_size] = draft.with_vocab_size(vocab_size)
+    return per_draft[vocab_size]
