@@ -40,6 +40,25 @@ def resolve_strategy(tpu: Optional[str] = None) -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
+_REPLICATED = {}
+
+
+def _replicated(strategy: tf.distribute.Strategy, fn: Callable) -> Callable:
+    """`strategy.run(fn)` inside one tf.function, cached per (strategy, fn).
+
+    Calling `strategy.run` eagerly makes every replica thread trace `fn` on its own, which
+    can deadlock on the tracing lock; inside a tf.function the replicas are traced in one
+    graph (the pattern TensorFlow documents for custom loops).
+    """
+    key = (id(strategy), id(fn))
+    if key not in _REPLICATED:
+        @tf.function
+        def step(values, shared):
+            return strategy.run(lambda v: fn(*v, shared), args=(values,))
+        _REPLICATED[key] = (strategy, fn, step)  # Holding both keeps the ids valid.
+    return _REPLICATED[key][2]
+
+
 def run_split(strategy: tf.distribute.Strategy, fn: Callable,
               batched: Sequence[tf.Tensor], shared: tf.Tensor) -> dict:
     """Runs `fn(*batched_slice, shared)` on every replica and joins the results by row.
@@ -67,7 +86,7 @@ def run_split(strategy: tf.distribute.Strategy, fn: Callable,
         return tuple(tf.constant(a[i * per_replica:(i + 1) * per_replica]) for a in arrays)
 
     values = strategy.experimental_distribute_values_from_function(slice_for)
-    outputs = strategy.run(lambda v: fn(*v, shared), args=(values,))
+    outputs = _replicated(strategy, fn)(values, shared)
     parts = strategy.experimental_local_results(outputs)
     joined = {name: np.concatenate([part[name].numpy() for part in parts], axis=0)[:batch]
               for name in parts[0]}

@@ -1,0 +1,136 @@
+"""The per-example record of an evaluation run: one `examples.jsonl` line per key.
+
+A run evaluates examples x samples x modes. A *mode* is one way of producing the output:
+
+    "autoregressive"       k = 0, the baseline (plain decoding through the same loop)
+    "speculative"          k = the run's --k
+    "speculative_k{K}"     another K of a --k_sweep (e.g. "speculative_k2")
+    "completions"          existing completions scored with --completions (no model)
+
+A record's key is (id, sample, mode); `examples.jsonl` holds each key at most once. The
+line's fields, in this order, are the contract of DESIGN section 6 followed by extras the
+summary needs when a run is resumed from the file alone:
+
+    id, sample, mode, prompt_sha256, output, num_tokens, time_s, rounds, accepted, quality,
+    k, batch_size, drafted, verified, beta_sum, accepted_per_position
+
+`time_s` (the wall time of the generate call that produced the row) is the only field that
+depends on the machine's timing; every other field is a function of (seed, example, sample,
+mode, models) and is identical whichever worker, process or retry produced it
+(`deterministic_view`). Per-row random streams are keyed by `row_key(id, sample)`, so a row
+reproduces whatever batch a retried bundle puts it in, and the baseline and speculative modes
+of one sample share their random stream.
+"""
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Mapping, Optional, Sequence, Tuple
+
+from evals.example import Example
+
+AUTOREGRESSIVE = "autoregressive"
+SPECULATIVE = "speculative"
+COMPLETIONS = "completions"
+
+# DESIGN section 6, in order.
+CONTRACT_FIELDS = ("id", "sample", "mode", "prompt_sha256", "output", "num_tokens", "time_s",
+                   "rounds", "accepted", "quality")
+# Counters kept so that summaries can be rebuilt from examples.jsonl alone (--resume).
+EXTRA_FIELDS = ("k", "batch_size", "drafted", "verified", "beta_sum", "accepted_per_position")
+FIELDS = CONTRACT_FIELDS + EXTRA_FIELDS
+# Fields that depend on timing; all others are deterministic.
+TIMING_FIELDS = ("time_s",)
+
+Key = Tuple[str, int, str]
+
+
+def mode_name(k: int, main_k: Optional[int]) -> str:
+    """The mode of draft length `k` in a run whose --k is `main_k`."""
+    if k == 0:
+        return AUTOREGRESSIVE
+    if k == main_k:
+        return SPECULATIVE
+    return f"{SPECULATIVE}_k{k}"
+
+
+def key_of(line: Mapping[str, Any]) -> Key:
+    """(id, sample, mode) of a record."""
+    return (str(line["id"]), int(line["sample"]), str(line["mode"]))
+
+
+def row_key(example_id: str, sample: int) -> int:
+    """Stable non-negative int63 key of (example id, sample): the row's random stream."""
+    digest = hashlib.sha256(f"{example_id}\x00{int(sample)}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") & ((1 << 63) - 1)
+
+
+def prompt_sha256(prompt: str) -> str:
+    """Hex SHA-256 of the prompt text as fed to the tokenizer."""
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+
+
+def make_line(generation: Mapping[str, Any], output: str, quality: Mapping[str, Any]) -> dict:
+    """The examples.jsonl line of a generation record (see `pipelines.generation`).
+
+    Args:
+      generation: a record with the fields of FIELDS except `output` and `quality`
+        (missing counters, as in completions mode, become None).
+      output: the post-processed output that was scored.
+      quality: the per-sample quality dict of the task.
+    """
+    line = {}
+    for field in FIELDS:
+        if field == "output":
+            line[field] = output
+        elif field == "quality":
+            line[field] = dict(quality)
+        else:
+            line[field] = generation.get(field)
+    return line
+
+
+def dumps(line: Mapping[str, Any]) -> str:
+    """One JSON line (with the trailing newline), non-ASCII kept as UTF-8."""
+    return json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def deterministic_view(line: Mapping[str, Any]) -> str:
+    """The line without timing fields, as canonical JSON (sorted keys): equal for equal runs."""
+    return json.dumps({k: v for k, v in line.items() if k not in TIMING_FIELDS},
+                      sort_keys=True, ensure_ascii=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkItem:
+    """One (example, sample) to generate, or the calibration request of a run.
+
+    Attributes:
+      example: the task example (its prompt is what the model sees).
+      sample: sample number in [0, num_samples).
+      modes: the (mode, k) pairs still to produce for this key; None means all modes of the
+        run (the inference args). A resumed run passes only the missing ones.
+      kind: "generate", or "calibrate" for the one item that measures the draft cost ratio.
+    """
+
+    example: Example
+    sample: int
+    modes: Optional[Tuple[Tuple[str, int], ...]] = None
+    kind: str = "generate"
+
+    @property
+    def id(self) -> str:
+        return self.example.id
+
+    @property
+    def row_key(self) -> int:
+        return row_key(self.example.id, self.sample)
+
+
+GENERATE = "generate"
+CALIBRATE = "calibrate"
+
+
+def mode_list(ks: Sequence[int], main_k: Optional[int]) -> Tuple[Tuple[str, int], ...]:
+    """((mode, k), ...) for the draft lengths of a run, in the given order."""
+    return tuple((mode_name(k, main_k), int(k)) for k in ks)

@@ -1,0 +1,126 @@
+"""Loop behaviour: greedy identity, determinism, batch independence, per-row EOS."""
+
+import numpy as np
+import pytest
+
+import tfspec
+from tfspec.models.ngram import NGram
+from tfspec.models.prompt_lookup import PromptLookup
+from tests.tfspec import exact_reference as ref
+
+VOCAB = 7
+PROMPTS = [[1, 2, 3], [4], [5, 6, 5, 6, 5], [2, 2], [3, 1, 4, 1, 5, 2, 6]]
+
+
+def _models(seed=0, order=3):
+    rng = np.random.RandomState(seed)
+    target = NGram(ref.random_table(rng, VOCAB, order=order, concentration=0.3))
+    draft = NGram(ref.random_table(rng, VOCAB, order=2))
+    return target, draft
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+@pytest.mark.parametrize("draft_kind", ["ngram", "prompt_lookup", "same_as_target"])
+def test_greedy_speculative_equals_greedy_autoregressive(k, draft_kind):
+    target, draft = _models()
+    draft = {"ngram": draft, "prompt_lookup": PromptLookup(max_ngram=2),
+             "same_as_target": target}[draft_kind]
+    greedy = tfspec.Sampling(temperature=0.0)
+    ar = tfspec.generate(target, PROMPTS, draft=None, max_new_tokens=20, sampling=greedy)
+    spec = tfspec.generate(target, PROMPTS, draft=draft, k=k, max_new_tokens=20,
+                           sampling=greedy)
+    np.testing.assert_array_equal(spec.tokens, ar.tokens)
+    np.testing.assert_array_equal(spec.lengths, ar.lengths)
+    assert spec.stats.rounds.sum() <= ar.stats.rounds.sum()
+    if draft_kind == "same_as_target":
+        assert spec.stats.acceptance_rate == 1.0
+
+
+@pytest.mark.parametrize("k", [0, 3])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_eager_graph_and_xla_agree(k, temperature):
+    target, draft = _models()
+    outs = [tfspec.generate(target, PROMPTS, draft=draft, k=k, max_new_tokens=12,
+                            sampling=tfspec.Sampling(temperature), seed=3, jit_compile=jit)
+            for jit in (True, False, None)]
+    for other in outs[1:]:
+        np.testing.assert_array_equal(outs[0].tokens, other.tokens)
+        np.testing.assert_array_equal(outs[0].stats.accepted, other.stats.accepted)
+
+
+def test_same_seed_same_tokens_other_seed_other_tokens():
+    target, draft = _models()
+    run = lambda seed: tfspec.generate(target, PROMPTS * 4, draft=draft, k=2,
+                                       max_new_tokens=15, seed=seed).tokens
+    np.testing.assert_array_equal(run(5), run(5))
+    assert not np.array_equal(run(5), run(6))
+
+
+@pytest.mark.parametrize("k", [0, 4])
+def test_row_alone_equals_row_in_batch(k):
+    target, draft = _models()
+    keys = [11, 22, 33, 44, 55]
+    batch = tfspec.generate(target, PROMPTS, draft=draft, k=k, max_new_tokens=16, seed=9,
+                            row_keys=keys)
+    for i in (0, 2, 4):
+        alone = tfspec.generate(target, [PROMPTS[i]], draft=draft, k=k, max_new_tokens=16,
+                                seed=9, row_keys=[keys[i]])
+        np.testing.assert_array_equal(alone.tokens[0], batch.tokens[i])
+        assert alone.stats.accepted[0] == batch.stats.accepted[i]
+
+
+def test_eos_stops_each_row_independently():
+    target, draft = _models(seed=2)
+    eos = 3
+    gen = tfspec.generate(target, PROMPTS * 20, draft=draft, k=4, max_new_tokens=24, seed=0,
+                          eos_id=eos)
+    stopped = 0
+    for row, n in zip(gen.tokens, gen.lengths):
+        emitted = row[:n].tolist()
+        # EOS, when present, is the last emitted token; nothing after it but padding.
+        assert eos not in emitted[:-1]
+        assert (row[n:] == 0).all()
+        stopped += emitted[-1] == eos and n < 24
+    assert 0 < stopped < len(gen.lengths), "rows should finish at different times"
+    assert len(set(gen.lengths.tolist())) > 3
+
+
+def test_eos_in_the_middle_of_an_accepted_block():
+    # A draft identical to the target accepts all k = 8 drafts every round, so rows grow in
+    # blocks of 9; a row that ends at a length that is not a multiple of 9 stopped at an EOS
+    # inside an accepted block, and nothing of the block after the EOS was emitted.
+    target, _ = _models(seed=4)
+    eos = 2
+    gen = tfspec.generate(target, PROMPTS * 10, draft=target, k=8, max_new_tokens=30,
+                          seed=1, eos_id=eos)
+    assert gen.stats.acceptance_rate == 1.0
+    mid_block = 0
+    for row, n in zip(gen.tokens, gen.lengths):
+        assert eos not in row[:n - 1].tolist()
+        assert (row[n:] == 0).all()
+        mid_block += row[n - 1] == eos and n % 9 != 0
+    assert mid_block > 0
+
+
+def test_rows_advance_by_their_own_acceptance():
+    # Row 0's draft is the target itself (accepts everything); row 1's prompt-lookup draft
+    # rarely matches. If the batch advanced by its minimum, row 0 would need as many rounds
+    # as row 1.
+    target, _ = _models(seed=1)
+    gen = tfspec.generate(target, [[1, 2, 3]] * 2, draft=target, k=4, max_new_tokens=20,
+                          sampling=tfspec.Sampling(0.0), eos_id=None)
+    assert gen.stats.rounds[0] == 4  # 20 tokens, 5 per round
+    assert gen.stats.mean_tokens_per_round == pytest.approx(5.0)
+
+
+def test_stats_are_consistent():
+    target, draft = _models()
+    gen = tfspec.generate(target, PROMPTS * 3, draft=draft, k=3, max_new_tokens=18, seed=2)
+    s = gen.stats
+    np.testing.assert_array_equal(s.drafted, 3 * s.rounds)
+    assert (s.accepted <= s.drafted).all() and (s.verified <= s.drafted).all()
+    np.testing.assert_array_equal(s.accepted_per_position.sum(axis=1), s.accepted)
+    # Position i can only be accepted when position i - 1 was.
+    assert (np.diff(s.accepted_per_position, axis=1) <= 0).all()
+    assert 0 < s.beta_mean < 1
+    assert s.per_position_acceptance.shape == (3,)

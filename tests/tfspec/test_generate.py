@@ -1,0 +1,61 @@
+"""Input validation of `tfspec.generate` and the shape of its result."""
+
+import numpy as np
+import pytest
+
+import tfspec
+from tfspec.models.ngram import NGram
+from tfspec.models.prompt_lookup import PromptLookup
+
+
+def _ngram(vocab=6, eos_id=None):
+    return NGram(np.log(np.full([vocab, vocab], 1.0 / vocab)), eos_id=eos_id)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(prompts=[[1, 2], []]), "prompt 1 is empty"),
+    (dict(prompts=[]), "prompts is empty"),
+    (dict(prompts=[[1, 9]]), "outside the vocabulary"),
+    (dict(k=-1), "k must be a non-negative integer"),
+    (dict(max_new_tokens=0), "max_new_tokens must be a positive integer"),
+    (dict(eos_id=99), "eos_id 99 is outside the vocabulary"),
+    (dict(row_keys=[1, 2, 3]), "row_keys has 3 entries for 1 prompts"),
+    (dict(sampling="greedy"), "sampling must be a tfspec.Sampling"),
+    (dict(draft=_ngram(vocab=7)), "target vocab_size 6 != draft vocab_size 7"),
+])
+def test_bad_input_is_a_clear_value_error(kwargs, message):
+    args = dict(prompts=[[1, 2]], draft=_ngram(), k=2, max_new_tokens=4)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        tfspec.generate(_ngram(), **args)
+
+
+def test_prompt_longer_than_model_limit():
+    class Limited(NGram):
+        max_prompt_length = 3
+    target = Limited(np.log(np.full([4, 4], 0.25)))
+    with pytest.raises(ValueError, match="prompt 0 has 5 tokens, more than the target's limit of 3"):
+        tfspec.generate(target, [[1, 1, 1, 1, 1]], max_new_tokens=2)
+
+
+def test_array_prompts_with_lengths_equal_ragged_prompts():
+    target = _ngram()
+    ragged = tfspec.generate(target, [[1, 2, 3], [4]], max_new_tokens=5, seed=1)
+    array = tfspec.generate(target, np.array([[1, 2, 3], [4, 0, 0]]), prompt_lengths=[3, 1],
+                            max_new_tokens=5, seed=1)
+    np.testing.assert_array_equal(ragged.tokens, array.tokens)
+
+
+def test_result_shapes_and_autoregressive_stats():
+    gen = tfspec.generate(_ngram(), [[1], [2], [3]], max_new_tokens=7, k=5)  # no draft: AR
+    assert gen.tokens.shape == (3, 7) and gen.tokens.dtype == np.int32
+    np.testing.assert_array_equal(gen.lengths, [7, 7, 7])
+    np.testing.assert_array_equal(gen.stats.rounds, [7, 7, 7])
+    assert gen.stats.drafted.sum() == 0 and np.isnan(gen.stats.acceptance_rate)
+    assert gen.stats.mean_tokens_per_round == 1.0
+
+
+def test_prompt_lookup_adopts_target_vocab():
+    gen = tfspec.generate(_ngram(), [[1, 2, 1, 2, 1]], draft=PromptLookup(), k=3,
+                          max_new_tokens=6)
+    assert gen.stats.drafted.sum() > 0

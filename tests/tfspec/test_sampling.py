@@ -1,0 +1,52 @@
+"""Sampling transforms and the inverse-CDF categorical draw."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfspec
+from tfspec import sampling
+from tests.tfspec import exact_reference as ref
+
+
+@pytest.mark.parametrize("params", [
+    dict(temperature=1.0), dict(temperature=0.5), dict(temperature=2.0, top_k=2),
+    dict(temperature=1.0, top_p=0.6), dict(temperature=0.7, top_k=3, top_p=0.9),
+    dict(temperature=0.0),
+])
+def test_transform_matches_reference(params):
+    probs = np.random.RandomState(0).dirichlet(np.ones(6), size=4)
+    got = sampling.logits_to_probs(tf.constant(np.log(probs), tf.float32),
+                                   tfspec.Sampling(**params)).numpy()
+    want = np.stack([ref.transform(p, params["temperature"], params.get("top_k", 0),
+                                   params.get("top_p", 1.0)) for p in probs])
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_transform_keeps_one_hot_and_impossible_tokens():
+    logits = tf.constant([[0.0, -np.inf, -np.inf], [-np.inf, 1.0, 2.0]])
+    out = sampling.logits_to_probs(logits, tfspec.Sampling(0.7, top_p=0.9)).numpy()
+    np.testing.assert_allclose(out[0], [1, 0, 0])
+    assert out[1, 0] == 0.0
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=1.5),
+                                 dict(top_k=-1), dict(top_k=1.5)])
+def test_invalid_sampling_is_a_value_error(bad):
+    with pytest.raises(ValueError):
+        tfspec.Sampling(**bad)
+
+
+def test_sample_categorical_never_picks_zero_mass():
+    probs = tf.constant([[0.0, 0.5, 0.0, 0.5, 0.0]] * 5)
+    u = tf.constant([0.0, 0.25, 0.5, 0.999999, 1.0 - 2.0 ** -24])
+    out = sampling.sample_categorical(probs, u).numpy()
+    np.testing.assert_array_equal(out, [1, 1, 3, 3, 3])
+
+
+def test_sample_categorical_frequencies():
+    probs = np.array([0.1, 0.6, 0.3])
+    u = (np.arange(30000) + 0.5) / 30000
+    out = sampling.sample_categorical(tf.constant(np.tile(probs, (30000, 1)), tf.float32),
+                                      tf.constant(u, tf.float32)).numpy()
+    np.testing.assert_allclose(np.bincount(out, minlength=3) / 30000, probs, atol=1e-3)

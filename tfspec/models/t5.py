@@ -1,0 +1,414 @@
+"""`T5`: a T5 encoder-decoder in Keras/TensorFlow with per-row KV caches.
+
+Two ways to run it:
+
+- `forward(encoder_ids, encoder_lengths, decoder_input_ids)`: uncached, causal, differentiable
+  (training, and the reference the cached path is tested against).
+- `prepare(prompt_ids, prompt_lengths, max_length)` then `decode(context, cache, ids,
+  positions)` any number of times: the `DecodeModel` protocol (`tfspec/models/protocol.py`)
+  that the speculative decoding loop drives inside one `tf.function(jit_compile=True)`.
+
+Worked example of the per-row cache (B=2 rows, max_length=8, window W=3). Row 0 has
+committed positions 0..1; row 1 has committed 0..3, and slot 4 still holds "x", the key of a
+draft that was rejected. `decode(..., positions=[[2, 3, 4], [4, 5, 6]])` writes:
+
+    row 0 K cache:  [k0 k1 .  .  .  .  .  . ]  ->  [k0 k1 k2 k3 k4 .  .  . ]
+    row 1 K cache:  [k0 k1 k2 k3 x  .  .  . ]  ->  [k0 k1 k2 k3 k4 k5 k6 . ]
+
+A query at position p attends to slots j <= p only (row 0's query at 3 sees k0..k3, not k4
+written by the same call). So whatever lies past a row's position (stale drafts, unwritten
+zeros) never affects its logits: rolling back a rejected draft costs nothing, the loop simply
+decodes from the shorter position again and the stale slot is overwritten.
+
+Precision: variables and matmuls are in `dtype` (float32 or bfloat16); RMS norms, attention
+softmax, the residual stream and the output logits are float32.
+"""
+
+from typing import Dict, NamedTuple, Optional, Tuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfspec.models.t5_config import T5Config
+from tfspec.models.t5_layers import RMSNorm, T5Block, attend, normal_initializer
+
+_SUPPORTED_DTYPES = ("float32", "bfloat16")
+
+
+class T5Context(NamedTuple):
+    """What `prepare` computes once per request; captured (not carried) by the decode loop.
+
+    Attributes:
+      cross_keys: tuple over decoder layers of [B, S, H, d_kv] (compute dtype).
+      cross_values: tuple over decoder layers of [B, S, H, d_kv] (compute dtype).
+      encoder_mask: bool [B, S], True at valid prompt tokens.
+    """
+
+    cross_keys: Tuple[tf.Tensor, ...]
+    cross_values: Tuple[tf.Tensor, ...]
+    encoder_mask: tf.Tensor
+
+
+class T5Cache(NamedTuple):
+    """Decoder self-attention KV cache, carried through the decode loop.
+
+    Attributes:
+      keys: tuple over decoder layers of [B, max_length, H, d_kv] (compute dtype); slot j
+        holds the key of decoder position j of that row.
+      values: same layout as `keys`.
+    """
+
+    keys: Tuple[tf.Tensor, ...]
+    values: Tuple[tf.Tensor, ...]
+
+
+class T5(keras.Model):
+    """T5 (v1.0 / v1.1 / FLAN layouts) with the `DecodeModel` protocol.
+
+    Args:
+      config: a `T5Config`.
+      seed: seed of the random initialisation (HF's initialisation scheme).
+      dtype: "float32" or "bfloat16": dtype of the variables and matmuls.
+      initialize: "random" (default) or "zeros" (skip the random draw when a checkpoint will
+        overwrite every weight; used by `tfspec.load_model`).
+    """
+
+    def __init__(self, config: T5Config, seed: int = 0, dtype: str = "float32", *,
+                 initialize: str = "random", name: str = "t5"):
+        dtype = tf.as_dtype(dtype).name
+        if dtype not in _SUPPORTED_DTYPES:
+            raise ValueError(f"T5 dtype must be one of {_SUPPORTED_DTYPES}, got {dtype!r}.")
+        if initialize not in ("random", "zeros"):
+            raise ValueError(f"initialize must be 'random' or 'zeros', got {initialize!r}.")
+        super().__init__(name=name, dtype=dtype)
+        self._config = config
+        self._dtype_name = dtype
+        self.seed = seed
+        # Path of the SentencePiece model this checkpoint came with (set by load_model);
+        # save_model copies it next to the weights.
+        self.tokenizer_path: Optional[str] = None
+        self._max_prompt_length: Optional[int] = None
+        rng = np.random.default_rng(seed) if initialize == "random" else None
+
+        def init(stddev):
+            return "zeros" if rng is None else normal_initializer(rng, stddev)
+
+        # HF initialises the shared embedding and an untied lm_head with stddev 1.0.
+        self.shared = self.add_weight(name="shared", shape=(config.vocab_size, config.d_model),
+                                      initializer=init(1.0))
+        self.encoder_blocks = [
+            T5Block(config, is_decoder=False, has_relative_bias=(i == 0), rng=rng,
+                    dtype=self.dtype_policy, name=f"encoder_block_{i}")
+            for i in range(config.num_layers)]
+        self.encoder_final_norm = RMSNorm(config.d_model, config.layer_norm_epsilon,
+                                          dtype=self.dtype_policy, name="encoder_final_norm")
+        self.decoder_blocks = [
+            T5Block(config, is_decoder=True, has_relative_bias=(i == 0), rng=rng,
+                    dtype=self.dtype_policy, name=f"decoder_block_{i}")
+            for i in range(config.num_decoder_layers)]
+        self.decoder_final_norm = RMSNorm(config.d_model, config.layer_norm_epsilon,
+                                          dtype=self.dtype_policy, name="decoder_final_norm")
+        self.lm_head = None
+        if not config.tie_word_embeddings:
+            # Stored [D, V] (Keras [in, out]); HF `lm_head.weight` is [V, D].
+            self.lm_head = self.add_weight(name="lm_head",
+                                           shape=(config.d_model, config.vocab_size),
+                                           initializer=init(1.0))
+
+    # ------------------------------------------------------------------- protocol properties
+
+    @property
+    def config(self) -> T5Config:
+        """The `T5Config` of this model."""
+        return self._config
+
+    @property
+    def vocab_size(self) -> int:
+        """Size V of the output distribution."""
+        return self._config.vocab_size
+
+    @property
+    def eos_id(self) -> Optional[int]:
+        """End-of-sequence id (`config.eos_token_id`, 1 for every public T5)."""
+        return self._config.eos_token_id
+
+    @property
+    def pad_id(self) -> int:
+        """Pad id, also the decoder start id of public T5 checkpoints (0)."""
+        return self._config.pad_token_id
+
+    @property
+    def decoder_start_id(self) -> int:
+        """Id fed at decoder position 0 (`config.decoder_start_token_id`)."""
+        return self._config.decoder_start_token_id
+
+    @property
+    def max_prompt_length(self) -> Optional[int]:
+        """None: relative position buckets saturate, so T5 accepts prompts of any length.
+
+        Settable, e.g. to the length a model was trained on.
+        """
+        return self._max_prompt_length
+
+    @max_prompt_length.setter
+    def max_prompt_length(self, value: Optional[int]):
+        self._max_prompt_length = None if value is None else int(value)
+
+    @property
+    def model_dtype(self) -> str:
+        """"float32" or "bfloat16"."""
+        return self._dtype_name
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def _embed(self, ids: tf.Tensor) -> tf.Tensor:
+        """int32 [B, T] -> float32 [B, T, D] (the residual stream is kept in float32)."""
+        return tf.cast(tf.gather(self.shared, ids), tf.float32)
+
+    def _encoder_bias(self, length: tf.Tensor) -> tf.Tensor:
+        """float32 [1, H, S, S] bidirectional bias; prompts are left-aligned, so position =
+        index and the bias is the same for every row."""
+        positions = tf.range(length)
+        relative = positions[None, :] - positions[:, None]  # [S(query), S(key)] = key - query
+        bias = self.encoder_blocks[0].self_attention.position_bias(
+            relative, bidirectional=True,
+            max_distance=self._config.relative_attention_max_distance)
+        return bias[None]
+
+    def _decoder_bias(self, query_positions: tf.Tensor, key_length) -> tf.Tensor:
+        """Per-row unidirectional bias and causal-by-position mask.
+
+        Args:
+          query_positions: int32 [B, W] decoder positions of the queries.
+          key_length: number of key slots L (slot j holds decoder position j).
+
+        Returns:
+          (bias float32 [B, H, W, L], mask bool [B, 1, W, L] True where slot j <= position).
+        """
+        slots = tf.range(key_length)
+        relative = slots[None, None, :] - query_positions[:, :, None]  # [B, W, L]
+        bias = self.decoder_blocks[0].self_attention.position_bias(
+            relative, bidirectional=False,
+            max_distance=self._config.relative_attention_max_distance)
+        # The invariant that makes rollback free: a query never sees a slot past its own
+        # position, so stale entries of rejected drafts beyond a row's length are inert.
+        mask = (relative <= 0)[:, None]
+        return bias, mask
+
+    def _decoder_layers(self, x: tf.Tensor, bias: tf.Tensor, self_mask: tf.Tensor,
+                        context: T5Context, cache: Optional[T5Cache] = None,
+                        write_indices: Optional[tf.Tensor] = None):
+        """Runs the decoder blocks on a window.
+
+        Args:
+          x: float32 [B, W, D] embedded window (residual stream).
+          bias: float32 [B|1, H, W, L] self-attention bias (first layer's table, shared).
+          self_mask: bool [B|1, 1, W, L].
+          context: cross-attention keys/values and encoder mask.
+          cache: None for the uncached path (keys are the window itself, L = W); else the KV
+            cache with L = max_length slots.
+          write_indices: int32 [B, W, 2] (row, position) pairs where the window's keys and
+            values go, required with `cache`.
+
+        Returns:
+          (x float32 [B, W, D] before the final norm, updated T5Cache or None).
+        """
+        compute = self.compute_dtype
+        cross_mask = context.encoder_mask[:, None, None, :]  # [B, 1, 1, S]
+        new_keys, new_values = [], []
+        for i, block in enumerate(self.decoder_blocks):
+            h = block.self_attention_norm.normalize(x, compute)
+            query = block.self_attention.query(h)
+            keys, values = block.self_attention.keys_values(h)
+            if cache is not None:
+                # Per-row write of the window at its positions. A scatter, not a
+                # dynamic_update_slice: rows sit at different positions, and one scatter
+                # with [row, position] indices is a single fixed-shape XLA op. Positions in
+                # a row are distinct, so no two updates hit the same slot.
+                keys = tf.tensor_scatter_nd_update(cache.keys[i], write_indices, keys)
+                values = tf.tensor_scatter_nd_update(cache.values[i], write_indices, values)
+                new_keys.append(keys)
+                new_values.append(values)
+            heads = attend(query, keys, values, bias, self_mask)
+            x = x + tf.cast(block.self_attention.project_output(heads), tf.float32)
+
+            h = block.cross_attention_norm.normalize(x, compute)
+            query = block.cross_attention.query(h)
+            heads = attend(query, context.cross_keys[i], context.cross_values[i], None,
+                           cross_mask)
+            x = x + tf.cast(block.cross_attention.project_output(heads), tf.float32)
+
+            h = block.ffn_norm.normalize(x, compute)
+            x = x + tf.cast(block.ffn.transform(h), tf.float32)
+        new_cache = None if cache is None else T5Cache(tuple(new_keys), tuple(new_values))
+        return x, new_cache
+
+    def _final_decoder_states(self, x: tf.Tensor) -> tf.Tensor:
+        """float32 [B, T, D] -> float32 [B, T, D] after the final norm (HF last_hidden_state)."""
+        return self.decoder_final_norm.normalize(x, tf.float32)
+
+    def logits_from_states(self, states: tf.Tensor) -> tf.Tensor:
+        """LM head: float32 [B, T, D] final decoder states -> float32 [B, T, V] logits.
+
+        v1.0 (tied): `(states * d_model**-0.5) @ shared.T`; v1.1/FLAN: `states @ lm_head`.
+        The matmul runs in float32 whatever the model dtype.
+        """
+        if self._config.rescales_decoder_output:
+            states = states * (self._config.d_model ** -0.5)
+        if self.lm_head is None:
+            return tf.einsum("btd,vd->btv", states, tf.cast(self.shared, tf.float32))
+        return tf.einsum("btd,dv->btv", states, tf.cast(self.lm_head, tf.float32))
+
+    # ------------------------------------------------------------------------------ encoder
+
+    def encode(self, encoder_ids: tf.Tensor,
+               encoder_lengths: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor]:
+        """Runs the encoder.
+
+        Args:
+          encoder_ids: int32 [B, S], left-aligned, padded.
+          encoder_lengths: int32 [B] valid tokens per row (>= 1); None means all S.
+
+        Returns:
+          (states [B, S, D] in the compute dtype after the final norm (padded positions hold
+          unused values), encoder_mask bool [B, S]).
+        """
+        encoder_ids = tf.convert_to_tensor(encoder_ids, tf.int32)
+        length = tf.shape(encoder_ids)[1]
+        if encoder_lengths is None:
+            encoder_mask = tf.ones_like(encoder_ids, tf.bool)
+        else:
+            encoder_mask = tf.sequence_mask(tf.cast(encoder_lengths, tf.int32), length)
+        bias = self._encoder_bias(length)
+        key_mask = encoder_mask[:, None, None, :]  # [B, 1, 1, S]: padded keys are ignored.
+        compute = self.compute_dtype
+        x = self._embed(encoder_ids)
+        for block in self.encoder_blocks:
+            h = block.self_attention_norm.normalize(x, compute)
+            query = block.self_attention.query(h)
+            keys, values = block.self_attention.keys_values(h)
+            heads = attend(query, keys, values, bias, key_mask)
+            x = x + tf.cast(block.self_attention.project_output(heads), tf.float32)
+            h = block.ffn_norm.normalize(x, compute)
+            x = x + tf.cast(block.ffn.transform(h), tf.float32)
+        return self.encoder_final_norm.normalize(x, compute), encoder_mask
+
+    def _context(self, encoder_states: tf.Tensor, encoder_mask: tf.Tensor) -> T5Context:
+        pairs = [block.cross_attention.keys_values(encoder_states)
+                 for block in self.decoder_blocks]
+        return T5Context(tuple(k for k, _ in pairs), tuple(v for _, v in pairs), encoder_mask)
+
+    # ------------------------------------------------------------------------ uncached path
+
+    def decoder_states(self, encoder_ids: tf.Tensor, encoder_lengths: Optional[tf.Tensor],
+                       decoder_input_ids: tf.Tensor) -> tf.Tensor:
+        """Uncached final decoder states (HF `decoder_hidden_states[-1]`).
+
+        Args:
+          encoder_ids: int32 [B, S]; encoder_lengths: int32 [B] or None.
+          decoder_input_ids: int32 [B, T], starting with the decoder start id.
+
+        Returns:
+          float32 [B, T, D].
+        """
+        context = self._context(*self.encode(encoder_ids, encoder_lengths))
+        decoder_input_ids = tf.convert_to_tensor(decoder_input_ids, tf.int32)
+        length = tf.shape(decoder_input_ids)[1]
+        positions = tf.broadcast_to(tf.range(length)[None], tf.shape(decoder_input_ids))
+        # Standard causal mask: the keys are the window itself, key j = position j.
+        bias, mask = self._decoder_bias(positions[:1], length)
+        x, _ = self._decoder_layers(self._embed(decoder_input_ids), bias, mask, context)
+        return self._final_decoder_states(x)
+
+    def forward(self, encoder_ids: tf.Tensor, encoder_lengths: Optional[tf.Tensor],
+                decoder_input_ids: tf.Tensor) -> tf.Tensor:
+        """Uncached teacher-forced forward pass (differentiable).
+
+        Args:
+          encoder_ids: int32 [B, S] left-aligned, padded prompts.
+          encoder_lengths: int32 [B] valid prompt tokens per row, or None (no padding).
+          decoder_input_ids: int32 [B, T]: the decoder start id then the target shifted right.
+
+        Returns:
+          float32 [B, T, V]: entry t is the next-token logits after decoder_input_ids[:, t].
+        """
+        return self.logits_from_states(
+            self.decoder_states(encoder_ids, encoder_lengths, decoder_input_ids))
+
+    def call(self, inputs, training=False):
+        """Keras entry point: `inputs` = dict(encoder_ids, encoder_lengths, decoder_input_ids).
+
+        Returns float32 logits [B, T, V] (see `forward`).
+        """
+        del training  # No dropout: T5 fine-tuning here runs without it.
+        return self.forward(inputs["encoder_ids"], inputs.get("encoder_lengths"),
+                            inputs["decoder_input_ids"])
+
+    # ------------------------------------------------------------------------ DecodeModel
+
+    def prepare(self, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
+                max_length: int) -> Tuple[T5Context, T5Cache]:
+        """Runs the encoder once and allocates the decoder cache.
+
+        Args:
+          prompt_ids: int32 [B, S], left-aligned, padded with `pad_id`.
+          prompt_lengths: int32 [B], valid prompt tokens per row (>= 1).
+          max_length: static int, decoder positions the cache holds.
+
+        Returns:
+          (T5Context with cross-attention K/V of every decoder layer [B, S, H, d_kv] and the
+          encoder mask [B, S]; T5Cache of zeros [B, max_length, H, d_kv] per layer).
+        """
+        context = self._context(*self.encode(prompt_ids, prompt_lengths))
+        batch = tf.shape(prompt_ids)[0]
+        shape = [batch, int(max_length), self._config.num_heads, self._config.d_kv]
+        zeros = tuple(tf.zeros(shape, self.compute_dtype) for _ in self.decoder_blocks)
+        return context, T5Cache(keys=zeros, values=tuple(tf.identity(z) for z in zeros))
+
+    def decode(self, context: T5Context, cache: T5Cache, ids: tf.Tensor,
+               positions: tf.Tensor) -> Tuple[tf.Tensor, T5Cache]:
+        """Decodes a window at per-row positions, writing its K/V into the cache.
+
+        Args:
+          context: from `prepare`.
+          cache: from `prepare` or a previous `decode`.
+          ids: int32 [B, W], the tokens at `positions`.
+          positions: int32 [B, W], consecutive per row, in [0, max_length); rows may differ.
+
+        Returns:
+          (logits float32 [B, W, V], entry w = next-token logits after ids[:, w];
+          the cache with slots `positions` of every row overwritten).
+        """
+        ids = tf.convert_to_tensor(ids, tf.int32)
+        positions = tf.convert_to_tensor(positions, tf.int32)
+        # Static when traced with a static max_length (the loop's case), so the bias and
+        # mask below have static shapes; falls back to the dynamic size otherwise.
+        key_length = cache.keys[0].shape[1] or tf.shape(cache.keys[0])[1]
+        rows = tf.broadcast_to(tf.range(tf.shape(ids)[0])[:, None], tf.shape(ids))
+        write_indices = tf.stack([rows, positions], axis=-1)  # [B, W, 2] (row, position)
+        bias, mask = self._decoder_bias(positions, key_length)
+        x, cache = self._decoder_layers(self._embed(ids), bias, mask, context, cache,
+                                        write_indices)
+        return self.logits_from_states(self._final_decoder_states(x)), cache
+
+    # ---------------------------------------------------------------------- checkpoint names
+
+    def hf_weight_map(self) -> Dict[str, Tuple[keras.Variable, bool]]:
+        """Maps HF checkpoint tensor names to (variable, transposed).
+
+        `transposed` is True for Linear kernels: HF stores them [out, in], this model [in, out].
+        Tied models have no `lm_head.weight` (the head is `shared.weight`).
+        """
+        mapping = {"shared.weight": (self.shared, False)}
+        for i, block in enumerate(self.encoder_blocks):
+            for name, var, transposed in block.hf_weights(f"encoder.block.{i}"):
+                mapping[name] = (var, transposed)
+        mapping["encoder.final_layer_norm.weight"] = (self.encoder_final_norm.weight, False)
+        for i, block in enumerate(self.decoder_blocks):
+            for name, var, transposed in block.hf_weights(f"decoder.block.{i}"):
+                mapping[name] = (var, transposed)
+        mapping["decoder.final_layer_norm.weight"] = (self.decoder_final_norm.weight, False)
+        if self.lm_head is not None:
+            mapping["lm_head.weight"] = (self.lm_head, True)
+        return mapping

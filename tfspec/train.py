@@ -1,0 +1,115 @@
+"""Command line of the training recipes: `python -m tfspec.train --config FILE [...]`.
+
+    python -m tfspec.train --config configs/zoo_tiny_code.py --stage all
+    python -m tfspec.train --config configs/zoo_tiny_code.py:smoke --workdir /tmp/smoke \\
+        --max_steps 20 --zoo_dir /tmp/smoke/zoo
+
+`--config FILE[:ARG]` names a Python file whose `get_config(ARG)` returns an
+`ml_collections.ConfigDict`; `--set key.path=VALUE` overrides fields (VALUE is a Python
+literal, else a string). Stages: `target` (train the target), `draft` (distill the draft from
+the finished target), `export` (write the pair to the zoo with model cards and measured
+acceptance), `all` (those three in order, skipping finished ones). Every stage resumes from
+its last checkpoint, so after an interruption re-run the same command.
+"""
+
+import argparse
+import ast
+import importlib.util
+import json
+import os
+import sys
+
+
+def load_config(spec: str, overrides=()):
+    """Loads `FILE[:ARG]` and applies `key.path=VALUE` overrides."""
+    path, _, arg = spec.partition(":")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Config file {path} does not exist.")
+    module_spec = importlib.util.spec_from_file_location("_tfspec_recipe", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    config = module.get_config(arg or None)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set expects key.path=VALUE, got {item!r}.")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        node = config
+        *parents, leaf = key.split(".")
+        for name in parents:
+            node = node[name]
+        if isinstance(node, dict):
+            node[leaf] = value
+        else:
+            with node.unlocked() if hasattr(node, "unlocked") else _null():
+                node[leaf] = value
+    return config
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        return False
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tfspec.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="FILE[:ARG] with get_config(ARG).")
+    parser.add_argument("--workdir", default=None,
+                        help="Checkpoints and logs (default: the config's workdir).")
+    parser.add_argument("--stage", default="all", choices=("target", "draft", "export", "all"))
+    parser.add_argument("--max_steps", type=int, default=None,
+                        help="Cap on the steps of the training stages (smoke runs).")
+    parser.add_argument("--zoo_dir", default=None,
+                        help="Where the export stage writes the models (default tfspec/zoo).")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="Override a config field, e.g. --set target.steps=100.")
+    parser.add_argument("--no_progress", action="store_true", help="No progress bar.")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import tensorflow as tf  # Imported late: TensorFlow is slow to load.
+
+    from tfspec.training import export, stages
+    tf.get_logger().setLevel("ERROR")  # Bucketed shapes retrace on purpose; no warnings.
+
+    config = stages.validate_config(load_config(args.config, args.set))
+    workdir = os.path.abspath(os.path.expanduser(args.workdir or config.workdir))
+    os.makedirs(workdir, exist_ok=True)
+    stages.log(f"[tfspec.train] workdir {workdir}, stage {args.stage}")
+    wanted = stages.STAGES if args.stage == "all" else (args.stage,)
+    data = None
+    results = {}
+    for stage in wanted:
+        if args.stage == "all" and stages.stage_done(workdir, stage):
+            stages.log(f"[tfspec.train] stage {stage}: already done, skipped")
+            continue
+        if data is None:
+            data = stages.load_data(config)
+            stages.log(f"[tfspec.train] data: {len(data.train)} train / "
+                       f"{len(data.validation)} validation examples")
+        if stage == stages.TARGET:
+            results[stage] = stages.train_target(config, workdir, data, args.max_steps,
+                                                 progress=not args.no_progress)
+        elif stage == stages.DRAFT:
+            results[stage] = stages.train_draft(config, workdir, data, args.max_steps,
+                                                progress=not args.no_progress)
+        else:
+            results[stage] = export.export_pair(config, workdir, args.zoo_dir, data)
+        stages.log(f"[tfspec.train] stage {stage} done: "
+                   f"{json.dumps(results[stage], default=str)[:2000]}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
