@@ -7,7 +7,7 @@ _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from tfspec import models  # noqa: E402
 from tfspec.checkpoints import load_model, save_model  # noqa: E402
-from tfspec.generate import Generation, generate  # noqa: E402
+from tfspec.generation import Generation, generate  # noqa: E402
 from tfspec.sampling import Sampling  # noqa: E402
 from tfspec.stats import DecodeStats  # noqa: E402
 from tfspec.tokenizer import Tokenizer, load_tokenizer  # noqa: E402

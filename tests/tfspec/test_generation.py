@@ -59,3 +59,18 @@ def test_prompt_lookup_adopts_target_vocab():
     gen = tfspec.generate(_ngram(), [[1, 2, 1, 2, 1]], draft=PromptLookup(), k=3,
                           max_new_tokens=6)
     assert gen.stats.drafted.sum() > 0
+
+
+def test_one_trace_per_shape_bucket():
+    from tfspec import generation as generate_lib
+    target, draft = _ngram(), _ngram()
+    kwargs = dict(draft=draft, k=2, max_new_tokens=4)
+    tfspec.generate(target, [[1, 2, 3]], seed=0, **kwargs)
+    (fn,) = generate_lib._COMPILED[target].values()
+    # Same batch, other prompt lengths within the bucket of 8, other seeds: no retrace.
+    tfspec.generate(target, [[1, 2, 3, 4, 5, 1]], seed=1, **kwargs)
+    tfspec.generate(target, [[2]], seed=2, row_keys=[9], **kwargs)
+    assert fn.experimental_get_tracing_count() == 1
+    # A longer prompt moves to the next bucket: one more trace.
+    tfspec.generate(target, [[1] * 9], seed=0, **kwargs)
+    assert fn.experimental_get_tracing_count() == 2
