@@ -24,7 +24,8 @@ from evals import humaneval
 from evals import records
 from evals import tasks
 from evals.example import Example
-from evals.run_spec import RunSpec, UsageError
+from evals.run_spec import RunSpec
+from evals.run_spec import UsageError
 
 
 @dataclasses.dataclass

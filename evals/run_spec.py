@@ -59,6 +59,8 @@ class RunSpec:
       tpu: TPU name/address, or None.
       config: the experiment config the values came from, if any (recorded only).
       calibrate: measure the draft cost ratio c (for predicted_speedup).
+      prompt_eos: append EOS to the tokenized prompt (as public T5 checkpoints were
+        trained; the embedded pair was trained without).
     """
 
     task: str
@@ -87,6 +89,7 @@ class RunSpec:
     tpu: Optional[str] = None
     config: Optional[str] = None
     calibrate: bool = True
+    prompt_eos: bool = False
 
     @property
     def ks(self) -> Tuple[int, ...]:
@@ -119,7 +122,8 @@ class RunSpec:
         return {"task": self.task, "k": self.k, "target": self.target,
                 "draft": self.draft if self.uses_draft else None,
                 "tokenizer": self.tokenizer, "sampling": self.sampling, "seed": self.seed,
-                "max_new_tokens": self.max_new_tokens, "data_source": self.data_source,
+                "max_new_tokens": self.max_new_tokens, "prompt_eos": self.prompt_eos,
+                "data_source": self.data_source,
                 "data_path": self.data_path, "completions": self.completions}
 
     def to_dict(self) -> dict:
@@ -280,4 +284,5 @@ def build_run_spec(values: Mapping[str, Any]) -> RunSpec:
         data_source=data_source, data_path=_str(values, "data_path"), runner=runner,
         beam_args=tuple(values.get("beam_args") or ()), tpu=_str(values, "tpu"),
         config=_str(values, "config"),
-        calibrate=True if values.get("calibrate") is None else bool(values["calibrate"]))
+        calibrate=True if values.get("calibrate") is None else bool(values["calibrate"]),
+        prompt_eos=bool(values.get("prompt_eos") or False))

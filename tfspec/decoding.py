@@ -78,6 +78,7 @@ class LoopState(NamedTuple):
     verified: tf.Tensor               # int32 [batch]
     accepted_per_position: tf.Tensor  # int32 [batch, k]
     beta_sum: tf.Tensor               # float32 [batch]
+    draft_catch_up: tf.Tensor         # bool [batch], previous round accepted all k drafts
 
 
 def _gather_rows(values: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
@@ -85,37 +86,98 @@ def _gather_rows(values: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
     return tf.gather(values, index, batch_dims=1)
 
 
-def _draft_block(draft, draft_context, draft_cache, out_ids, n, keys, round_idx,
+def _draft_block(draft, draft_context, draft_cache, out_ids, n, catch_up, keys, round_idx,
                  config: LoopConfig, draft_sample_fn):
     """Steps 1-2 of the round: k draft tokens and the distributions they were drawn from.
 
+    Args:
+      catch_up: bool [batch], rows whose previous round accepted all k drafts: the draft
+        never decoded its own last draft (now at position n - 1), so it needs the two-token
+        window [out[n-1], out[n]]; other rows need only [out[n]].
+
     Returns:
-      (draft_ids int32 [batch, k], draft_probs float32 [batch, k, V], draft_cache).
+      (draft_ids int32 [batch, k], draft_probs float32 [batch, k, V] or None in greedy mode,
+      draft_cache).
     """
     k = config.k
-    uniforms = rng.uniform(keys, round_idx, _STREAM_DRAFT, k)                # [batch, k]
-    prev_pos = tf.maximum(n - 1, 0)  # At n = 0 both window entries are position 0.
-    window_ids = tf.stack([_gather_rows(out_ids, prev_pos), _gather_rows(out_ids, n)], 1)
-    logits, draft_cache = draft.decode(draft_context, draft_cache, window_ids,
-                                       tf.stack([prev_pos, n], axis=1))
-    probs = sampling_lib.logits_to_probs(logits[:, 1], config.sampling)       # [batch, V]
-    token = draft_sample_fn(probs, uniforms[:, 0])                           # [batch]
+    greedy = config.sampling.greedy
+    uniforms = None if greedy else rng.uniform(keys, round_idx, _STREAM_DRAFT, k)
+
+    def first_window(width):
+        def run():
+            # Positions [n - width + 1 .. n]; at n = 0 a two-wide window repeats position 0
+            # (same token, same slot), which is harmless.
+            positions = tf.maximum(n[:, None] + tf.range(1 - width, 1)[None, :], 0)
+            logits, cache = draft.decode(draft_context, draft_cache,
+                                         tf.gather(out_ids, positions, batch_dims=1), positions)
+            return logits[:, -1], cache
+        return run
+
+    # Both widths are compiled; the cheaper one-token window runs whenever no row needs the
+    # catch-up (verifying more positions is not free on every backend, e.g. XLA:CPU).
+    logits, draft_cache = tf.cond(tf.reduce_any(catch_up), first_window(2), first_window(1))
+
+    def choose(logits, i):
+        """logits [batch, V] -> (token [batch], probs [batch, V] or None)."""
+        if greedy:  # The one-hot distribution is implied by the argmax; skip V-wide work.
+            return tf.argmax(logits, axis=-1, output_type=tf.int32), None
+        probs = sampling_lib.logits_to_probs(logits, config.sampling)
+        return draft_sample_fn(probs, tf.gather(uniforms, i, axis=1)), probs
+
+    token, probs = choose(logits, 0)
     ids_ta = tf.TensorArray(tf.int32, size=k).write(0, token)
-    probs_ta = tf.TensorArray(tf.float32, size=k).write(0, probs)
+    probs_ta = () if greedy else tf.TensorArray(tf.float32, size=k).write(0, probs)
 
     def step(i, token, cache, ids_ta, probs_ta):
         logits, cache = draft.decode(draft_context, cache, token[:, None], (n + i)[:, None])
-        probs = sampling_lib.logits_to_probs(logits[:, 0], config.sampling)
-        token = draft_sample_fn(probs, tf.gather(uniforms, i, axis=1))
-        return i + 1, token, cache, ids_ta.write(i, token), probs_ta.write(i, probs)
+        token, probs = choose(logits[:, 0], i)
+        if not greedy:
+            probs_ta = probs_ta.write(i, probs)
+        return i + 1, token, cache, ids_ta.write(i, token), probs_ta
 
     # A while loop (not a Python loop) keeps one copy of the draft in the compiled program.
     _, _, draft_cache, ids_ta, probs_ta = tf.while_loop(
         lambda i, *_: i < k, step, (tf.constant(1), token, draft_cache, ids_ta, probs_ta),
         maximum_iterations=k - 1 if k > 1 else 0)
     draft_ids = tf.transpose(ids_ta.stack(), [1, 0])                         # [batch, k]
-    draft_probs = tf.transpose(probs_ta.stack(), [1, 0, 2])                  # [batch, k, V]
+    draft_probs = None if greedy else tf.transpose(probs_ta.stack(), [1, 0, 2])
     return draft_ids, draft_probs, draft_cache
+
+
+def _verify(target, target_context, target_cache, window_ids, positions, draft_ids,
+            draft_probs, keys, round_idx, config: LoopConfig, accept_fn):
+    """Steps 3-4 of the round: one target call over k + 1 positions, then the rule.
+
+    Args:
+      window_ids: int32 [batch, k + 1], [out[n], d_1 .. d_k].
+      positions: int32 [batch, k + 1], n .. n + k.
+      draft_ids: int32 [batch, k] or None (k = 0).
+      draft_probs: float32 [batch, k, V], or None (k = 0 or greedy).
+
+    Returns:
+      (num_accepted int32 [batch], next_ids int32 [batch], beta float32 [batch, k] or None,
+      target_cache).
+    """
+    k = config.k
+    target_logits, target_cache = target.decode(target_context, target_cache, window_ids,
+                                                positions)
+    if config.sampling.greedy:
+        # Greedy is the general rule on one-hot distributions; working on argmax ids avoids
+        # V-wide softmax/cumsum passes, which dominate the rounds of small models.
+        target_ids = tf.argmax(target_logits, axis=-1, output_type=tf.int32)  # [batch, k+1]
+        if k == 0:
+            return tf.zeros_like(target_ids[:, 0]), target_ids[:, 0], None, target_cache
+        result = acceptance_lib.accept_greedy(target_ids, draft_ids)
+    else:
+        target_probs = sampling_lib.logits_to_probs(target_logits, config.sampling)
+        final_uniforms = rng.uniform(keys, round_idx, _STREAM_FINAL, 1)[:, 0]
+        if k == 0:
+            next_ids = sampling_lib.sample_categorical(target_probs[:, 0], final_uniforms)
+            return tf.zeros_like(next_ids), next_ids, None, target_cache
+        accept_uniforms = rng.uniform(keys, round_idx, _STREAM_ACCEPT, k)
+        result = accept_fn(target_probs, draft_probs, draft_ids, accept_uniforms,
+                           final_uniforms)
+    return result.num_accepted, result.next_ids, result.beta, target_cache
 
 
 def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
@@ -132,8 +194,10 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
       row_keys: int64 [batch], the per-row random-stream keys.
       seed: int64 [], the request seed.
       config: statics.
-      accept_fn: the acceptance rule (tests pass deliberately wrong rules here).
-      draft_sample_fn: how a draft token is chosen from its distribution and a uniform.
+      accept_fn: the acceptance rule of sampled decoding (tests pass deliberately wrong rules
+        here); greedy decoding uses `acceptance.accept_greedy`.
+      draft_sample_fn: how a sampled draft token is chosen from its distribution and a
+        uniform (greedy decoding takes the argmax).
 
     Returns:
       (out_ids int32 [batch, buffer_length], lengths int32 [batch], final `LoopState`).
@@ -162,7 +226,8 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         target_cache=target_cache, draft_cache=draft_cache,
         rounds=zeros, drafted=zeros, accepted=zeros, verified=zeros,
         accepted_per_position=tf.zeros([batch, k], tf.int32),
-        beta_sum=tf.zeros([batch], tf.float32))
+        beta_sum=tf.zeros([batch], tf.float32),
+        draft_catch_up=tf.zeros([batch], tf.bool))
     rows = tf.range(batch)[:, None]
     slot = tf.range(k + 1)[None, :]                                          # [1, k+1]
 
@@ -172,26 +237,18 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         last_ids = _gather_rows(state.out_ids, n)                            # [batch]
         if k > 0:
             draft_ids, draft_probs, draft_cache = _draft_block(
-                draft, draft_context, state.draft_cache, state.out_ids, n, keys,
-                state.round_idx, config, draft_sample_fn)
+                draft, draft_context, state.draft_cache, state.out_ids, n,
+                state.draft_catch_up, keys, state.round_idx, config, draft_sample_fn)
             window_ids = tf.concat([last_ids[:, None], draft_ids], axis=1)   # [batch, k+1]
         else:
             draft_cache = state.draft_cache
             window_ids = last_ids[:, None]
-        target_logits, target_cache = target.decode(
-            target_context, state.target_cache, window_ids, n[:, None] + slot)
-        target_probs = sampling_lib.logits_to_probs(target_logits, config.sampling)
-        final_uniforms = rng.uniform(keys, state.round_idx, _STREAM_FINAL, 1)[:, 0]
-        if k > 0:
-            accept_uniforms = rng.uniform(keys, state.round_idx, _STREAM_ACCEPT, k)
-            result = accept_fn(target_probs, draft_probs, draft_ids, accept_uniforms,
-                               final_uniforms)
-            num_accepted, next_ids = result.num_accepted, result.next_ids
-            proposed = tf.concat([draft_ids, next_ids[:, None]], axis=1)
-        else:
-            num_accepted = zeros
-            next_ids = sampling_lib.sample_categorical(target_probs[:, 0], final_uniforms)
-            proposed = next_ids[:, None]
+        num_accepted, next_ids, beta, target_cache = _verify(
+            target, target_context, state.target_cache, window_ids, n[:, None] + slot,
+            draft_ids if k > 0 else None, draft_probs if k > 0 else None, keys,
+            state.round_idx, config, accept_fn)
+        proposed = (tf.concat([draft_ids, next_ids[:, None]], axis=1) if k > 0
+                    else next_ids[:, None])
 
         # Tokens for positions n+1 .. n+k+1: accepted drafts, then the next token at slot a;
         # slots past a keep stale drafts, which lie beyond the row's new length.
@@ -214,7 +271,7 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         if k > 0:
             verified_now = tf.minimum(num_accepted + 1, k)
             verified_mask = tf.cast(slot[:, :k] < verified_now[:, None], tf.float32)
-            beta_now = tf.reduce_sum(result.beta * verified_mask, axis=1)
+            beta_now = tf.reduce_sum(beta * verified_mask, axis=1)
             accepted_slots = tf.cast(slot[:, :k] < num_accepted[:, None], tf.int32)
         else:
             verified_now, beta_now = zeros, tf.zeros([batch], tf.float32)
@@ -232,7 +289,9 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
             verified=state.verified + live_i * verified_now,
             accepted_per_position=state.accepted_per_position + live_i[:, None] * accepted_slots
             if k > 0 else state.accepted_per_position,
-            beta_sum=state.beta_sum + tf.cast(live, tf.float32) * beta_now)
+            beta_sum=state.beta_sum + tf.cast(live, tf.float32) * beta_now,
+            draft_catch_up=live & ~finished & (num_accepted == k) if k > 0
+            else state.draft_catch_up)
 
     def cond(state: LoopState):
         return ~tf.reduce_all(state.done)

@@ -35,8 +35,9 @@ class Generation:
         return self.tokens[i, :self.lengths[i]].tolist()
 
 
-def _bucket(width: int) -> int:
-    """Prompt widths are padded to powers of two so varied prompts share compiled loops."""
+def prompt_bucket(width: int) -> int:
+    """The padded prompt width compiled for: a power of two >= 8, so that prompts of varied
+    lengths share compiled loops (callers that warm up compiles use this rule)."""
     return max(_MIN_PROMPT_BUCKET, 1 << (int(width) - 1).bit_length())
 
 
@@ -64,7 +65,7 @@ def _prompt_array(prompts, prompt_lengths, pad_id: int):
     if empty.size:
         raise ValueError(f"prompt {int(empty[0])} is empty ({empty.size} empty in all); every "
                          f"prompt needs at least one token")
-    width = _bucket(array.shape[1])
+    width = prompt_bucket(array.shape[1])
     padded = np.full([array.shape[0], width], pad_id, dtype=np.int64)
     padded[:, :array.shape[1]] = array
     return padded, lengths

@@ -69,3 +69,22 @@ def test_beta_is_overlap():
     result = _run(P, Q, [0, 1], [0.0, 0.0], 0.0)
     np.testing.assert_allclose(result.beta.numpy()[0], [0.25 + 0.25 + 0.2, 0.1 + 0.1 + 0.2],
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_greedy_rule_equals_general_rule_on_one_hot(seed):
+    rng = np.random.RandomState(seed)
+    batch, k, vocab = 64, 4, 3
+    target_ids = rng.randint(vocab, size=(batch, k + 1))
+    draft_ids = np.where(rng.rand(batch, k) < 0.6, target_ids[:, :k],
+                         rng.randint(vocab, size=(batch, k)))
+    onehot = lambda ids: tf.one_hot(ids, vocab, dtype=tf.float32)
+    general = acceptance.accept(onehot(target_ids), onehot(draft_ids),
+                                tf.constant(draft_ids, tf.int32),
+                                tf.constant(rng.rand(batch, k), tf.float32),
+                                tf.constant(rng.rand(batch), tf.float32))
+    greedy = acceptance.accept_greedy(tf.constant(target_ids, tf.int32),
+                                      tf.constant(draft_ids, tf.int32))
+    np.testing.assert_array_equal(general.num_accepted, greedy.num_accepted)
+    np.testing.assert_array_equal(general.next_ids, greedy.next_ids)
+    np.testing.assert_allclose(general.beta, greedy.beta)

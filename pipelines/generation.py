@@ -1,0 +1,343 @@
+"""Generation stage of the evaluation pipeline: a Beam `ModelHandler` over `tfspec.generate`.
+
+    handler = TfspecModelHandler(ModelSpec(target="zoo:tiny-code-target",
+                                           draft="zoo:tiny-code-draft"))
+    args = inference_args(modes=[("autoregressive", 0), ("speculative", 4)],
+                          sampling={"temperature": 0.0, "top_k": 0, "top_p": 1.0},
+                          seed=0, max_new_tokens=128)
+    items | RunInference(handler, inference_args=args)   # -> PredictionResult(item, record)
+
+`load_model` loads the target, the draft and the tokenizer once per worker process (Beam's
+`RunInference` keeps the result in a process-wide `shared.Shared`; with `large_model=True` one
+copy serves all processes of a machine through `multi_process_shared`, and the calls below
+run in that copy's process). `run_inference(batch, model, inference_args)` turns a batch of
+`evals.records.WorkItem`s into one record per (item, mode):
+
+    {"kind": "generation", "id", "sample", "mode", "k", "prompt_sha256", "raw_output",
+     "num_tokens", "time_s", "batch_size", "rounds", "accepted", "drafted", "verified",
+     "beta_sum", "accepted_per_position"}
+
+Timing (what `time_s` means):
+* It is the wall time of one `tfspec.generate` call (the compiled XLA loop plus the copy of
+  its results to the host), measured with `time.perf_counter` around that call only:
+  tokenization, decoding to text and scoring are outside it. Rows of one call share it.
+* The first call of every compiled shape (draft length k, batch rows, prompt bucket) is run
+  once untimed first, so XLA compilation is never counted; the warm-up call has the same
+  inputs, so it also returns the same tokens.
+* For each batch, all modes run back to back on the same rows, and the order of the modes
+  rotates from one batch to the next (with batch size 1, the papers' setting, baseline
+  first for one example and speculative first for the next), so slow periods of a shared
+  machine hit the baseline and the speculative runs alike.
+* Calls are serialised per process (a lock), so threads of one worker never time each other.
+
+Determinism: a row's tokens depend only on (seed, prompt, row key) (`tfspec.generate`), and
+the row key is `evals.records.row_key(id, sample)`, so every field except `time_s` is the same
+whichever worker, batch or retry produces it.
+
+The draft cost ratio c (`_calibrate`, run for the one "calibrate" work item of a run): the
+draft and the target each decode the first example's prompt autoregressively (k = 0, EOS
+disabled so lengths are exact, the run's sampling) to two lengths n1 = 8 and
+n2 = 8 + max(64, max_new_tokens). A model's per-token decode step time is the slope
+(t(n2) - t(n1)) / (n2 - n1), which cancels the encoder pass and the fixed cost of a call;
+t is the fastest of `reps` timed calls (interference on a shared machine only ever adds
+time, so the minimum estimates the intrinsic cost best). Draft and target calls alternate,
+after an untimed warm-up of each shape. c = draft step / target step; None (with a note)
+when noise leaves no positive target slope (tiny models, whose steps take microseconds).
+"""
+
+import contextlib
+import dataclasses
+import threading
+import time
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+import numpy as np
+from apache_beam.ml.inference import base
+
+import tfspec
+from tfspec import generation
+from evals import records
+from evals import walltime
+
+GENERATION = "generation"
+CALIBRATION = "calibration"
+CALIBRATION_REPS = 5
+CALIBRATION_SHORT = 8
+CALIBRATION_MIN_GAP = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Which models a worker loads.
+
+    Attributes:
+      target: `tfspec.load_model` spec of the target.
+      draft: spec of the draft, or None (autoregressive only).
+      tokenizer: `tfspec.load_tokenizer` spec; None = the target's own tokenizer.
+      tpu: TPU name/address for `tfspec.distribute.resolve_strategy`, or None.
+      prompt_add_eos: append EOS to the encoder input. Public T5 checkpoints were trained
+        with it; the embedded tiny-code pair was trained without it (as the default here).
+    """
+
+    target: str
+    draft: Optional[str] = None
+    tokenizer: Optional[str] = None
+    tpu: Optional[str] = None
+    prompt_add_eos: bool = False
+
+
+@dataclasses.dataclass
+class LoadedModels:
+    """Target, draft and tokenizer as loaded by `load_models`."""
+
+    target: Any
+    draft: Any
+    tokenizer: Any
+    strategy: Any = None
+
+    def num_parameters(self) -> int:
+        return sum(int(np.prod(v.shape)) for m in (self.target, self.draft) if m is not None
+                   for v in m.weights)
+
+
+_LOADED: Dict[ModelSpec, LoadedModels] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def load_models(spec: ModelSpec) -> LoadedModels:
+    """Loads (once per process) and checks the models and tokenizer of `spec`.
+
+    Raises:
+      FileNotFoundError, ValueError: a model or tokenizer cannot be loaded, the target has no
+        tokenizer, or the vocabularies do not fit together (the message names both sizes).
+    """
+    with _LOAD_LOCK:
+        if spec in _LOADED:
+            return _LOADED[spec]
+        strategy = None
+        if spec.tpu:
+            from tfspec import distribute  # pylint: disable=import-outside-toplevel
+            strategy = distribute.resolve_strategy(spec.tpu)
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
+            target = _load_one(spec.target, "--target")
+            draft = _load_one(spec.draft, "--draft") if spec.draft else None
+        if draft is not None and draft.vocab_size != target.vocab_size:
+            raise ValueError(f"target and draft must share the vocabulary: target "
+                             f"{spec.target} has vocab_size {target.vocab_size}, draft "
+                             f"{spec.draft} has vocab_size {draft.vocab_size}")
+        tokenizer = _load_tokenizer(spec, target)
+        tfspec.tokenizer.check_vocab(tokenizer, target.vocab_size)
+        loaded = LoadedModels(target=target, draft=draft, tokenizer=tokenizer,
+                              strategy=strategy)
+        _LOADED[spec] = loaded
+        return loaded
+
+
+def _load_one(model_spec: str, flag: str):
+    try:
+        return tfspec.load_model(model_spec)
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"cannot load {flag} {model_spec}: {_one_line(e)}") from None
+
+
+def _load_tokenizer(spec: ModelSpec, target):
+    try:
+        if spec.tokenizer:
+            return tfspec.load_tokenizer(spec.tokenizer)
+        if getattr(target, "tokenizer_path", None):
+            return tfspec.load_tokenizer(target)
+        if spec.target.startswith("zoo:"):
+            return tfspec.load_tokenizer(spec.target)
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"cannot load the tokenizer: {_one_line(e)}") from None
+    raise ValueError(f"the target {spec.target} has no tokenizer (no spiece.model next to "
+                     f"its weights); pass --tokenizer PATH/TO/spiece.model")
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def inference_args(modes: Sequence[Sequence[Any]], sampling: Mapping[str, Any], seed: int,
+                   max_new_tokens: int, calibration_reps: int = CALIBRATION_REPS) -> dict:
+    """The `inference_args` of `RunInference` (plain, picklable values).
+
+    Args:
+      modes: (mode name, k) pairs to produce for every item (items may ask for fewer).
+      sampling: `tfspec.Sampling` fields.
+      seed: the run seed.
+      max_new_tokens: generation budget per row.
+      calibration_reps: timed repetitions per (model, length) of the cost measurement.
+    """
+    return {"modes": [[str(m), int(k)] for m, k in modes], "sampling": dict(sampling),
+            "seed": int(seed), "max_new_tokens": int(max_new_tokens),
+            "calibration_reps": int(calibration_reps)}
+
+
+_REQUIRED_ARGS = ("modes", "sampling", "seed", "max_new_tokens")
+
+
+class Generator:
+    """The per-worker model: turns work items into records (see the module docstring)."""
+
+    def __init__(self, spec: ModelSpec, models: Optional[LoadedModels] = None):
+        self.spec = spec
+        self.models = models if models is not None else load_models(spec)
+        self._lock = threading.Lock()
+        self._warm = set()
+        self._calls = 0
+
+    # ------------------------------------------------------------------------------ public
+
+    def run(self, items: Sequence[records.WorkItem], args: Mapping[str, Any]) -> List[dict]:
+        """Records for a batch of items: one per (generate item, mode), one per calibration."""
+        modes = [(str(m), int(k)) for m, k in args["modes"]]
+        with self._lock:
+            generate_items = [i for i in items if i.kind == records.GENERATE]
+            # Rotate the mode order from batch to batch (see "Timing").
+            shift = self._calls % len(modes) if modes else 0
+            self._calls += 1
+            out = []
+            for mode, k in modes[shift:] + modes[:shift]:
+                rows = [i for i in generate_items
+                        if i.modes is None or (mode, k) in {(m, int(kk)) for m, kk in i.modes}]
+                if rows:
+                    out.extend(self._generate(rows, mode, k, args))
+            for item in items:
+                if item.kind == records.CALIBRATE:
+                    out.append(self._calibrate(item, args))
+            return out
+
+    # ----------------------------------------------------------------------------- helpers
+
+    def _encode(self, text: str) -> List[int]:
+        ids = self.models.tokenizer.encode(text, add_eos=self.spec.prompt_add_eos)
+        # An empty prompt becomes [EOS], as in the training data of the embedded pair.
+        return ids or [self.models.tokenizer.eos_id]
+
+    def _call(self, target, prompts, keys, k, args, max_new_tokens=None, **overrides):
+        kwargs = dict(draft=self.models.draft if k > 0 else None, k=k,
+                      max_new_tokens=int(max_new_tokens or args["max_new_tokens"]),
+                      sampling=tfspec.Sampling(**args["sampling"]), seed=int(args["seed"]),
+                      row_keys=keys, strategy=self.models.strategy)
+        kwargs.update(overrides)
+        return tfspec.generate(target, prompts, **kwargs)
+
+    def _timed(self, warm_key, fn):
+        """Runs fn untimed once per new compiled shape, then timed; returns (result, s)."""
+        if warm_key not in self._warm:
+            fn()
+            self._warm.add(warm_key)
+        start = time.perf_counter()
+        result = fn()
+        return result, time.perf_counter() - start
+
+    def _generate(self, rows, mode, k, args) -> List[dict]:
+        prompts = [self._encode(item.example.prompt) for item in rows]
+        keys = [item.row_key for item in rows]
+        width = generation.prompt_bucket(max(len(p) for p in prompts))
+        gen, seconds = self._timed(
+            ("generate", k, len(rows), width, _static_args(args)),
+            lambda: self._call(self.models.target, prompts, keys, k, args))
+        stats = gen.stats
+        out = []
+        for i, item in enumerate(rows):
+            length = int(gen.lengths[i])
+            out.append({
+                "kind": GENERATION, "id": item.id, "sample": item.sample, "mode": mode, "k": k,
+                "prompt_sha256": records.prompt_sha256(item.example.prompt),
+                "raw_output": self.models.tokenizer.decode(gen.tokens[i, :length]),
+                "num_tokens": length, "time_s": seconds, "batch_size": len(rows),
+                "rounds": int(stats.rounds[i]), "accepted": int(stats.accepted[i]),
+                "drafted": int(stats.drafted[i]), "verified": int(stats.verified[i]),
+                "beta_sum": float(stats.beta_sum[i]),
+                "accepted_per_position": [int(x) for x in stats.accepted_per_position[i]],
+            })
+        return out
+
+    def _calibrate(self, item, args) -> dict:
+        record = {"kind": CALIBRATION, "id": item.id, "sample": item.sample,
+                  "draft_cost_ratio": None, "draft_step_s": None, "target_step_s": None}
+        if self.models.draft is None:
+            record["note"] = "no draft model"
+            return record
+        prompts = [self._encode(item.example.prompt)]
+        keys = [item.row_key]
+        width = generation.prompt_bucket(len(prompts[0]))
+        lengths = (CALIBRATION_SHORT,
+                   CALIBRATION_SHORT + max(CALIBRATION_MIN_GAP, int(args["max_new_tokens"])))
+        reps = max(1, int(args.get("calibration_reps", CALIBRATION_REPS)))
+        models = {"draft": self.models.draft, "target": self.models.target}
+        times = {(name, n): [] for name in models for n in lengths}
+        for rep in range(reps):
+            order = ["draft", "target"] if rep % 2 == 0 else ["target", "draft"]
+            for name in order:
+                for n in lengths:
+                    _, seconds = self._timed(
+                        ("calibrate", name, width, n, _static_args(args)),
+                        lambda m=models[name], n=n: self._call(
+                            m, prompts, keys, 0, args, max_new_tokens=n, eos_id=None))
+                    times[(name, n)].append(seconds)
+        steps = {name: (min(times[(name, lengths[1])]) - min(times[(name, lengths[0])]))
+                 / (lengths[1] - lengths[0]) for name in models}
+        record.update(draft_step_s=steps["draft"], target_step_s=steps["target"],
+                      lengths=list(lengths), reps=reps,
+                      method="slope of the fastest AR decode time between two lengths")
+        try:
+            record["draft_cost_ratio"] = walltime.draft_cost_ratio(
+                max(steps["draft"], 0.0), steps["target"])
+        except ValueError as e:  # Timing noise left no positive target slope.
+            record["note"] = _one_line(e)
+        return record
+
+
+class TfspecModelHandler(base.ModelHandler):
+    """`RunInference` handler: WorkItems in, `PredictionResult(item, record)` out.
+
+    Args:
+      spec: the models to load.
+      batch_size: rows per generate call (RunInference batches exactly this many items,
+        fewer at the end of a bundle).
+      large_model: share one loaded copy among the processes of a machine.
+    """
+
+    def __init__(self, spec: ModelSpec, batch_size: int = 1, large_model: bool = False):
+        super().__init__(min_batch_size=batch_size, max_batch_size=batch_size,
+                         large_model=large_model)
+        self._spec = spec
+
+    def load_model(self) -> Generator:
+        return Generator(self._spec)
+
+    def run_inference(self, batch: Sequence[records.WorkItem], model: Generator,
+                      inference_args: Optional[Dict[str, Any]] = None
+                      ) -> Iterable[base.PredictionResult]:
+        self.validate_inference_args(inference_args)
+        items = list(batch)
+        by_key = {(i.kind, i.id, i.sample): i for i in items}
+        out = []
+        for record in model.run(items, inference_args):
+            kind = records.CALIBRATE if record["kind"] == CALIBRATION else records.GENERATE
+            item = by_key[(kind, record["id"], record["sample"])]
+            out.append(base.PredictionResult(example=item, inference=record))
+        return out
+
+    def validate_inference_args(self, inference_args: Optional[Dict[str, Any]]):
+        missing = [k for k in _REQUIRED_ARGS if k not in (inference_args or {})]
+        if missing:
+            raise ValueError(f"inference_args needs {', '.join(missing)}; build it with "
+                             f"pipelines.generation.inference_args(...)")
+
+    def get_num_bytes(self, batch: Sequence[records.WorkItem]) -> int:
+        return sum(len(i.example.prompt.encode("utf-8")) for i in batch)
+
+    def get_metrics_namespace(self) -> str:
+        return "tfspec"
+
+    def __repr__(self) -> str:
+        return f"TfspecModelHandler({self._spec})"
+
+
+def _static_args(args: Mapping[str, Any]) -> tuple:
+    """The inference args that select a compiled program (with k, batch and prompt width)."""
+    return (int(args["max_new_tokens"]), tuple(sorted(args["sampling"].items())))

@@ -1,0 +1,230 @@
+"""`python -m evals.run` as a user runs it: subprocesses, exit codes, files on disk."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from evals import humaneval
+from evals import records
+from tests.pipelines import tiny_models
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+DRIVER = REPO / "tests" / "pipelines" / "run_driver.py"  # evals.run, generation slowed down
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
+
+
+def _run(args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "evals.run", *args], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return tiny_models.make_pair(str(tmp_path_factory.mktemp("pair")))
+
+
+@pytest.fixture(scope="module")
+def xsum(tmp_path_factory):
+    return tiny_models.write_xsum(str(tmp_path_factory.mktemp("data") / "xsum.jsonl"))
+
+
+def _models(pair):
+    return ["--target", pair["target"], "--draft", pair["draft"]]
+
+
+def _xsum_args(pair, xsum, out, *extra):
+    return ["--task", "xsum", "--data_source", "local", "--data_path", xsum, "--k", "2",
+            "--max_new_tokens", "8", "--temperature", "1", "--nocalibrate",
+            "--output_dir", str(out), *_models(pair), *extra]
+
+
+def _bad_inputs(pair, tmp):
+    mismatched = tiny_models.make_pair(str(tmp / "mismatch"),
+                                       draft_vocab_size=pair["vocab_size"] + 8)
+    blocker = tmp / "a_file"
+    blocker.write_text("x")
+    return {
+        "unknown task": (["--task", "mmlu"], "unknown task 'mmlu'"),
+        "k < 0": (["--task", "humaneval", "--k", "-1"], "--k must be >= 0"),
+        "pass@k > num_samples": (["--task", "humaneval", "--num_samples", "2",
+                                  "--pass_at", "1,10"], "pass@10 needs at least 10 samples"),
+        "bad flag value": (["--task", "humaneval", "--k", "four"], "--k"),
+        "unknown flag": (["--task", "humaneval", "--num_sample", "3"],
+                         "unknown flag --num_sample"),
+        "missing model": (["--task", "humaneval", "--target", str(tmp / "no_such_model")],
+                          "cannot load --target"),
+        "vocab mismatch": (["--task", "humaneval", *_models(mismatched)],
+                           "share the vocabulary"),
+        "unwritable output dir": (["--task", "humaneval", "--output_dir",
+                                   str(blocker / "run")], "is not a folder"),
+        "missing data": (["--task", "xsum", "--data_source", "local", "--data_path",
+                          str(tmp / "missing.jsonl")], "no file matches --data_path"),
+        "resume without a run": (["--task", "humaneval", "--resume", "--output_dir",
+                                  str(tmp / "never_ran")], "holds no run"),
+    }
+
+
+def test_bad_input_one_line_exit_2_nothing_written(pair, tmp_path):
+    cases = _bad_inputs(pair, tmp_path)
+    out = tmp_path / "out"
+    procs = {}
+    for name, (args, _) in cases.items():
+        if "--output_dir" not in args:
+            args = [*args, "--output_dir", str(out / name.replace(" ", "_"))]
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "evals.run", *args], cwd=REPO, env=ENV, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    before = set(os.listdir(tmp_path))
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        expected = cases[name][1]
+        assert proc.returncode == 2, (name, stderr)
+        assert stderr.count("\n") == 1 and stderr.startswith("evals.run: error: "), (name, stderr)
+        assert expected in stderr, (name, stderr)
+        assert "Traceback" not in stderr and stdout == "", name
+    assert not out.exists()  # No output folder was created for any of them.
+    assert set(os.listdir(tmp_path)) == before
+    assert not (tmp_path / "never_ran").exists()
+    assert (tmp_path / "a_file").read_text() == "x"
+
+
+def _in_process(args, monkeypatch=None):
+    """Runs the same flags through the library (shares this process's compiled models)."""
+    from evals import run  # pylint: disable=import-outside-toplevel
+    from pipelines import runner  # pylint: disable=import-outside-toplevel
+
+    try:
+        leftover = run.FLAGS(["evals.run", *args], known_only=True)
+        spec = run.run_spec.build_run_spec(run.flag_values(leftover[1:]))
+    finally:
+        run.FLAGS.unparse_flags()
+    return runner.run(spec, progress=False)
+
+
+def test_two_worker_processes_match_one(pair, xsum, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    common = ["--num_samples", "2", "--nobaseline"]
+    # The 2-process run in a subprocess; meanwhile the 1-process run here.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evals.run",
+         *_xsum_args(pair, xsum, two, *common, "--direct_num_workers", "2",
+                     "--direct_running_mode", "multi_processing")],
+        cwd=REPO, env=ENV, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _in_process(_xsum_args(pair, xsum, one, *common))
+    finally:
+        stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-3000:]
+    views = []
+    for out in (one, two):
+        raw = (out / "examples.jsonl").read_text(encoding="utf-8")
+        lines = [json.loads(row) for row in raw.splitlines()]
+        assert len(lines) == len(tiny_models.XSUM_DOCS) * 2
+        assert len({records.key_of(row) for row in lines}) == len(lines)
+        views.append(sorted(records.deterministic_view(row) for row in lines))
+    assert views[0] == views[1]
+    summary = json.loads((two / "summary.json").read_text())
+    assert set(summary["runs"]) == {"speculative"} and summary["speedup"] is None
+    assert summary["runs"]["speculative"]["quality"]["rouge1"] >= 0
+    assert "xsum: 6 examples x 2 samples" in stdout
+
+
+def test_kill_halfway_then_resume(pair, xsum, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    log = tmp_path / "killed.log"
+    args = _xsum_args(pair, xsum, out)
+    total = len(tiny_models.XSUM_DOCS) * 2
+    proc = subprocess.Popen([sys.executable, str(DRIVER), str(log), "0.3", "--", *args],
+                            cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    examples = out / "examples.jsonl"
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if examples.exists() and examples.read_bytes().count(b"\n") >= 4:
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    killed = examples.read_bytes()
+    complete = killed[:killed.rfind(b"\n") + 1]
+    done = [json.loads(row) for row in complete.decode("utf-8").splitlines()]
+    assert 4 <= len(done) < total, "the run was not killed halfway"
+    assert len({records.key_of(row) for row in done}) == len(done)
+    assert not (out / "summary.json").exists()
+
+    # --resume (through the library, to record what is generated).
+    from pipelines import generation  # pylint: disable=import-outside-toplevel
+    generated = []
+    original = generation.Generator._generate  # pylint: disable=protected-access
+
+    def recording(self, rows, mode, k, args_):
+        result = original(self, rows, mode, k, args_)
+        generated.extend(records.key_of(r) for r in result)
+        return result
+
+    monkeypatch.setattr(generation.Generator, "_generate", recording)
+    _, summary = _in_process([*args, "--resume"])
+    final = examples.read_bytes()
+    assert final.startswith(complete)
+    lines = [json.loads(row) for row in final.decode("utf-8").splitlines()]
+    keys = [records.key_of(row) for row in lines]
+    assert len(keys) == len(set(keys)) == total
+    assert sorted(generated) == sorted(set(keys) - {records.key_of(row) for row in done})
+    assert summary["runs"]["autoregressive"]["latency"]["num_tokens"] > 0
+
+
+@pytest.mark.parametrize("limit", [
+    12, pytest.param(None, marks=pytest.mark.slow, id="all-164")])
+def test_completions_of_canonical_solutions_report_pass_at_1_of_100(tmp_path, limit):
+    path = tmp_path / "canonical.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for p in humaneval.load_problems().values():
+            f.write(json.dumps({"task_id": p["task_id"],
+                                "completion": p["canonical_solution"]}) + "\n")
+    limit_args = [] if limit is None else ["--limit", str(limit)]
+    result = _run(["--task", "humaneval", "--completions", str(path), *limit_args,
+                   "--output_dir", str(tmp_path / "run")], timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["runs"]["completions"]["quality"] == {"pass@1": 100.0}
+    assert summary["num_examples"] == (limit or 164)
+    assert "pass@1 100.00" in result.stdout
+
+
+def test_config_file_values_and_explicit_flags_win(tmp_path):
+    from evals import run  # pylint: disable=import-outside-toplevel
+
+    config = tmp_path / "exp.py"
+    config.write_text(
+        "import ml_collections\n\n\n"
+        "def get_config(arg=None):\n"
+        "    c = ml_collections.ConfigDict()\n"
+        "    c.task = 'humaneval'\n"
+        "    c.k = 3\n"
+        "    c.k_sweep = [0, 1, 3]\n"
+        "    c.limit = 10 if arg is None else int(arg)\n"
+        "    return c\n")
+    try:
+        leftover = run.FLAGS(["evals.run", "--config", f"{config}:5", "--k", "2",
+                              "--direct_num_workers", "2"], known_only=True)
+        values = run.flag_values(leftover[1:])
+    finally:
+        run.FLAGS.unparse_flags()
+    assert (values["task"], values["k"], values["limit"]) == ("humaneval", 2, 5)
+    assert values["k_sweep"] == [0, 1, 3] and values["beam_args"] == ["--direct_num_workers", "2"]
+    assert values["max_new_tokens"] == 128  # Neither config nor flag: the default.
+
+    bad = tmp_path / "bad.py"
+    bad.write_text("def get_config():\n    return {'nonsense': 1}\n")
+    with pytest.raises(run.run_spec.UsageError, match="'nonsense', which is not an evals.run"):
+        run.load_config(str(bad))
+    with pytest.raises(run.run_spec.UsageError, match="does not exist"):
+        run.load_config(str(tmp_path / "missing.py"))

@@ -1,0 +1,57 @@
+"""Tests for evals.summary: summary.json and sweep.json from per-mode metrics."""
+
+import pytest
+
+from evals import summary as summary_lib
+from evals import walltime
+
+HEADER = {key: f"<{key}>" for key in summary_lib.HEADER_KEYS}
+MODES = (("autoregressive", 0), ("speculative_k2", 2), ("speculative", 4))
+
+
+def _metrics(ms, beta=0.8):
+    return {"quality": {"pass@1": 50.0},
+            "latency": {"ms_per_token": ms, "num_tokens": 10},
+            "acceptance": {"acceptance_rate": 0.7, "beta_mean": beta,
+                           "mean_tokens_per_round": 3.0, "per_position": [0.8]}}
+
+
+METRICS = {"autoregressive": _metrics(10.0), "speculative_k2": _metrics(6.0),
+           "speculative": _metrics(5.0)}
+
+
+def test_report_quality_percentages():
+    assert summary_lib.report_quality({"pass@1": 0.25, "pass@10": 1, "rouge1": 30.0}) == {
+        "pass@1": 25.0, "pass@10": 100.0, "rouge1": 30.0}
+
+
+def test_summary_layout():
+    out = summary_lib.build_summary(HEADER, MODES, METRICS, {"draft_cost_ratio": 0.1},
+                                    extra={"num_failed": 0})
+    assert list(out) == list(summary_lib.HEADER_KEYS) + ["runs", "speedup", "num_failed"]
+    assert set(out["runs"]) == {"autoregressive", "speculative"}
+    assert set(out["runs"]["autoregressive"]) == {"quality", "latency"}
+    spec = out["runs"]["speculative"]
+    assert spec["draft_cost_ratio"] == 0.1
+    assert spec["predicted_speedup"] == pytest.approx(walltime.predicted_speedup(0.8, 4, 0.1))
+    assert out["speedup"] == pytest.approx(2.0)
+
+
+def test_missing_pieces_are_null():
+    out = summary_lib.build_summary(HEADER, (("speculative", 4),),
+                                    {"speculative": _metrics(5.0)}, None)
+    assert out["speedup"] is None
+    assert out["runs"]["speculative"]["draft_cost_ratio"] is None
+    assert out["runs"]["speculative"]["predicted_speedup"] is None
+    empty = summary_lib.build_summary(HEADER, MODES, {}, None)
+    assert empty["runs"]["speculative"]["latency"] is None and empty["speedup"] is None
+
+
+def test_sweep_entries():
+    sweep = summary_lib.build_sweep(MODES, METRICS, {"draft_cost_ratio": 0.1}, ks=(0, 2))
+    assert [(e["k"], e["mode"]) for e in sweep] == [(0, "autoregressive"), (2, "speculative_k2")]
+    assert sweep[0]["speedup"] == pytest.approx(1.0) and "acceptance" not in sweep[0]
+    assert sweep[1]["speedup"] == pytest.approx(10 / 6)
+    assert sweep[1]["predicted_speedup"] == pytest.approx(walltime.predicted_speedup(0.8, 2, 0.1))
+    no_baseline = summary_lib.build_sweep(MODES[1:], METRICS, None)
+    assert [e["speedup"] for e in no_baseline] == [None, None]

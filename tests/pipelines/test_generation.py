@@ -1,0 +1,165 @@
+"""Tests for pipelines.generation: the handler called directly, then through RunInference."""
+
+import time
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.ml.inference import base as inference_base
+from apache_beam.testing import test_pipeline
+from apache_beam.testing import util as beam_util
+
+from evals import records
+from pipelines import generation
+from tests.pipelines import tiny_models
+
+MODES = [("autoregressive", 0), ("speculative", 3)]
+GREEDY = {"temperature": 0.0, "top_k": 0, "top_p": 1.0}
+SAMPLED = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+MAX_NEW = 8
+
+
+@pytest.fixture(scope="module")
+def spec(pair):
+    return generation.ModelSpec(target=pair["target"], draft=pair["draft"])
+
+
+@pytest.fixture(scope="module")
+def make_items(humaneval_examples):
+    """WorkItems of the first HumanEval problems (the prompts the pipeline tests use too)."""
+
+    def make(n=2, samples=1):
+        return [records.WorkItem(example=e, sample=s)
+                for e in humaneval_examples[:n] for s in range(samples)]
+
+    return make
+
+
+def _args(sampling=GREEDY, modes=MODES, seed=0):
+    return generation.inference_args(modes, sampling, seed, MAX_NEW)
+
+
+def test_handler_direct_one_record_per_item_and_mode(spec, make_items):
+    handler = generation.TfspecModelHandler(spec)
+    model = handler.load_model()
+    items = make_items(2)
+    results = list(handler.run_inference(items[:1], model, _args()))
+    results += list(handler.run_inference(items[1:], model, _args()))
+    assert all(isinstance(r, inference_base.PredictionResult) for r in results)
+    keys = sorted((r.inference["id"], r.inference["sample"], r.inference["mode"])
+                  for r in results)
+    assert keys == [(i.id, 0, m) for i in items for m in ("autoregressive", "speculative")]
+    for r in results:
+        rec = r.inference
+        assert r.example.id == rec["id"]
+        assert rec["prompt_sha256"] == records.prompt_sha256(r.example.example.prompt)
+        assert 1 <= rec["num_tokens"] <= MAX_NEW
+        assert rec["time_s"] > 0 and rec["batch_size"] == 1
+        if rec["k"] == 0:
+            assert rec["drafted"] == rec["accepted"] == 0
+            assert rec["accepted_per_position"] == []
+            assert rec["rounds"] == rec["num_tokens"]
+        else:
+            assert rec["drafted"] == 3 * rec["rounds"]
+            assert len(rec["accepted_per_position"]) == 3
+    # Greedy speculative decoding is exact: the same text as the baseline.
+    by_key = {(r.inference["id"], r.inference["mode"]): r.inference["raw_output"]
+              for r in results}
+    for item in items:
+        assert by_key[(item.id, "speculative")] == by_key[(item.id, "autoregressive")]
+
+
+def test_modes_alternate_from_batch_to_batch(spec, make_items):
+    generator = generation.Generator(spec)
+    orders = []
+    for item in make_items(2) * 2:
+        orders.append([r["mode"] for r in generator.run([item], _args())])
+    assert orders == [["autoregressive", "speculative"], ["speculative", "autoregressive"]] * 2
+
+
+def test_compilation_is_not_timed(spec, make_items):
+    # A sampling setting no other test uses forces a new compiled program.
+    generator = generation.Generator(spec)
+    args = generation.inference_args([("autoregressive", 0)],
+                                     {"temperature": 0.7, "top_k": 5, "top_p": 0.9}, 0, MAX_NEW)
+    start = time.perf_counter()
+    (record,) = generator.run(make_items(1), args)
+    wall = time.perf_counter() - start
+    assert wall > 0.3  # An XLA compilation happened in this call...
+    assert record["time_s"] < wall / 4  # ...and is not in the timing.
+
+
+def test_rows_reproduce_whatever_the_batch(spec, make_items):
+    """Per-row streams are keyed by (id, sample): batching and order change nothing."""
+    items = make_items(2, samples=2)
+    generator = generation.Generator(spec)
+    args = _args(SAMPLED, modes=[("speculative", 3)])
+    alone = {}
+    for item in items:
+        for r in generator.run([item], args):
+            alone[(r["id"], r["sample"], r["mode"])] = r
+    batched = generator.run(list(reversed(items)), args)
+    assert len(batched) == len(alone)
+    for r in batched:
+        ref = alone[(r["id"], r["sample"], r["mode"])]
+        assert r["batch_size"] == len(items)
+        for field in ("raw_output", "num_tokens", "rounds", "accepted", "drafted",
+                      "verified", "accepted_per_position"):
+            assert r[field] == ref[field], field
+        assert r["beta_sum"] == pytest.approx(ref["beta_sum"], rel=1e-5)
+    # Different samples of one example draw different streams.
+    assert len({r["raw_output"] for r in batched}) > 1
+
+
+def test_items_ask_for_their_missing_modes_only(spec, make_items):
+    generator = generation.Generator(spec)
+    item = records.WorkItem(example=make_items(1)[0].example, sample=0,
+                            modes=(("speculative", 3),))
+    assert [r["mode"] for r in generator.run([item], _args())] == ["speculative"]
+
+
+def test_calibration_record(spec, make_items):
+    generator = generation.Generator(spec)
+    item = records.WorkItem(example=make_items(1)[0].example, sample=0,
+                            kind=records.CALIBRATE)
+    (record,) = generator.run([item], _args())
+    assert record["kind"] == generation.CALIBRATION
+    assert record["lengths"] == [8, 8 + 64] and record["reps"] == generation.CALIBRATION_REPS
+    assert np.isfinite(record["draft_step_s"]) and np.isfinite(record["target_step_s"])
+    c = record["draft_cost_ratio"]
+    assert (c is not None and c >= 0) or "note" in record
+
+
+def test_through_run_inference_in_a_test_pipeline(spec, make_items):
+    items = make_items(2)
+    expected = sorted((i.id, 0, m) for i in items for m, _ in MODES)
+    generator = generation.Generator(spec)
+    direct = {(r["id"], r["mode"]): r["raw_output"]
+              for item in items for r in generator.run([item], _args())}
+    with test_pipeline.TestPipeline() as p:
+        out = (p | beam.Create(items)
+               | inference_base.RunInference(generation.TfspecModelHandler(spec),
+                                             inference_args=_args())
+               | beam.Map(lambda r: (r.inference["id"], r.inference["sample"],
+                                     r.inference["mode"], r.inference["raw_output"])))
+        beam_util.assert_that(
+            out, beam_util.equal_to([(i, s, m, direct[(i, m)]) for i, s, m in expected]))
+
+
+def test_handler_batches_exactly_batch_size(spec):
+    handler = generation.TfspecModelHandler(spec, batch_size=4)
+    assert handler.batch_elements_kwargs() == {"min_batch_size": 4, "max_batch_size": 4}
+    assert not handler.share_model_across_processes()
+    assert generation.TfspecModelHandler(spec, large_model=True).share_model_across_processes()
+    with pytest.raises(ValueError, match="inference_args needs modes"):
+        handler.validate_inference_args({"seed": 0})
+
+
+def test_load_models_errors(pair, tmp_path):
+    with pytest.raises(ValueError, match="cannot load --target"):
+        generation.load_models(generation.ModelSpec(target=str(tmp_path / "missing")))
+    other = tiny_models.make_pair(str(tmp_path / "other"),
+                                  draft_vocab_size=pair["vocab_size"] + 8)
+    with pytest.raises(ValueError, match=r"share the vocabulary.*vocab_size 320.*vocab_size 328"):
+        generation.load_models(generation.ModelSpec(target=other["target"],
+                                                    draft=other["draft"]))

@@ -1,0 +1,53 @@
+"""Tiny random T5 target/draft pairs and small data files for the pipeline and CLI tests."""
+
+import json
+import os
+
+TINY = dict(d_model=16, d_kv=4, d_ff=24, num_layers=1, num_heads=2)
+XSUM_DOCS = (
+    "The cat sat on the mat. It was warm.",
+    "Rain is expected tomorrow in the north.",
+    "The team won the final after extra time.",
+    "A new bridge opened over the river today.",
+    "Prices rose again this month, figures show.",
+    "The museum will reopen next spring.",
+)
+
+
+def make_pair(directory: str, draft_vocab_size=None) -> dict:
+    """Writes a test tokenizer and a random target/draft pair sharing its vocabulary.
+
+    Args:
+      directory: where `tok/`, `target/`, `draft/` are created.
+      draft_vocab_size: give the draft another vocabulary size (for mismatch tests).
+
+    Returns:
+      {"target": dir, "draft": dir, "tokenizer": spiece.model path, "vocab_size": int}.
+    """
+    import tfspec  # pylint: disable=import-outside-toplevel
+    from tfspec.data import spm_training  # pylint: disable=import-outside-toplevel
+    from tfspec.models import T5  # pylint: disable=import-outside-toplevel
+    from tfspec.models import T5Config  # pylint: disable=import-outside-toplevel
+
+    tok = spm_training.make_test_tokenizer(os.path.join(directory, "tok"))
+    paths = {"tokenizer": tok.path, "vocab_size": tok.vocab_size}
+    for name, seed, vocab in (("target", 0, tok.vocab_size),
+                              ("draft", 1, draft_vocab_size or tok.vocab_size)):
+        model = T5(T5Config(vocab_size=vocab, **TINY), seed=seed)
+        model.tokenizer_path = tok.path
+        paths[name] = tfspec.save_model(model, os.path.join(directory, name))
+    return paths
+
+
+def write_xsum(path: str, count: int = len(XSUM_DOCS)) -> str:
+    """A local XSum-format JSONL file (fields id, document, summary)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for i, doc in enumerate(XSUM_DOCS[:count]):
+            f.write(json.dumps({"id": f"doc{i}", "document": doc,
+                                "summary": doc.split(".")[0] + "."}) + "\n")
+    return path
+
+
+def read_lines(path: str) -> list:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
