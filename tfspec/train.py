@@ -17,7 +17,6 @@ import ast
 import importlib.util
 import json
 import os
-import sys
 
 
 def load_config(spec: str, overrides=()):
@@ -65,7 +64,8 @@ def parse_args(argv=None):
                         help="Checkpoints and logs (default: the config's workdir).")
     parser.add_argument("--stage", default="all", choices=("target", "draft", "export", "all"))
     parser.add_argument("--max_steps", type=int, default=None,
-                        help="Cap on the steps of the training stages (smoke runs).")
+                        help="Train the training stages to this step instead of the "
+                             "config's steps (the learning-rate schedule is unchanged).")
     parser.add_argument("--zoo_dir", default=None,
                         help="Where the export stage writes the models (default tfspec/zoo).")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -91,7 +91,8 @@ def main(argv=None):
     data = None
     results = {}
     for stage in wanted:
-        if args.stage == "all" and stages.stage_done(workdir, stage):
+        if args.stage == "all" and stages.stage_done(workdir, stage, args.max_steps,
+                                                     config):
             stages.log(f"[tfspec.train] stage {stage}: already done, skipped")
             continue
         if data is None:

@@ -1,0 +1,78 @@
+"""Tests of the `python -m tfspec.train` command line on a tiny recipe."""
+
+import os
+
+import pytest
+
+from tfspec.tokenizer import TINY_CODE_TOKENIZER, load_tokenizer
+from tfspec.train import load_config, main, parse_args
+from tfspec.training import examples as examples_lib, stages, trainer as trainer_lib
+
+from tests.tfspec.training.tiny_data import fake_corpus
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "zoo_tiny_code.py")
+FLAGS = ["--no_progress", "--set", "target.warmup_steps=1", "--set", "draft.warmup_steps=1",
+         "--set", "target.eval_every=0", "--set", "draft.eval_every=0",
+         "--set", "export.num_prompts=2", "--set", "export.max_new_tokens=3",
+         "--set", "export.latency_prompts=0", "--set", "draft.generated_prompts=0"]
+
+
+@pytest.fixture
+def tiny_data(monkeypatch):
+    """`stages.load_data` on a 4-function fake corpus (no corpus build in tests)."""
+    config = load_config(CONFIG + ":smoke")
+    corpus = fake_corpus(n=4)
+    tokenizer = load_tokenizer(TINY_CODE_TOKENIZER)
+    kwargs = dict(max_encoder_length=config.data.max_encoder_length,
+                  max_target_length=config.data.max_target_length)
+    data = stages.Data(tokenizer, corpus,
+                       examples_lib.make_examples(corpus, tokenizer, "train", **kwargs),
+                       examples_lib.make_examples(corpus, tokenizer, "validation", **kwargs),
+                       ("fake",))
+    monkeypatch.setattr(stages, "load_data", lambda _: data)
+    return data
+
+
+def test_stage_all_runs_target_draft_export_then_skips_them(tiny_data, tmp_path, capsys):
+    workdir, zoo = str(tmp_path / "work"), str(tmp_path / "zoo")
+    args = ["--config", CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
+            "--max_steps", "2"] + FLAGS
+    results = main(args)
+    assert list(results) == ["target", "draft", "export"]
+    assert results["target"]["steps"] == results["draft"]["steps"] == 2
+    for name in ("tiny-code-target", "tiny-code-draft"):
+        assert os.path.exists(os.path.join(zoo, name, "MODEL_CARD.md"))
+    log = trainer_lib.read_log(os.path.join(workdir, "target", "log.jsonl"))
+    # The smoke recipe logs every 5 steps, and always at the last step; then validates.
+    assert [(r["step"], "loss" in r, "validation_loss" in r) for r in log] == [
+        (2, True, False), (2, False, True)]
+    capsys.readouterr()
+    assert main(args) == {}
+    assert capsys.readouterr().err.count("already done, skipped") == 3
+
+
+def test_single_stage_and_errors(tiny_data, tmp_path):
+    workdir = str(tmp_path / "work")
+    with pytest.raises(RuntimeError, match="target stage"):
+        main(["--config", CONFIG + ":smoke", "--workdir", workdir, "--stage", "draft"]
+             + FLAGS)
+    with pytest.raises(FileNotFoundError):
+        main(["--config", "no/such/config.py"])
+    assert parse_args(["--config", "x"]).stage == "all"
+    with pytest.raises(SystemExit):
+        parse_args(["--config", "x", "--stage", "everything"])
+
+
+def test_a_capped_stage_is_continued_by_a_longer_run(tiny_data, tmp_path):
+    workdir = str(tmp_path / "work")
+    base = ["--config", CONFIG + ":smoke", "--workdir", workdir, "--stage", "target"] + FLAGS
+    main(base + ["--max_steps", "1"])
+    config = load_config(CONFIG + ":smoke")
+    assert stages.stage_done(workdir, "target")
+    assert stages.stage_done(workdir, "target", 1, config)
+    assert not stages.stage_done(workdir, "target", None, config)  # The recipe wants 20.
+    results = main(base + ["--max_steps", "3"])
+    assert results["target"]["steps"] == 3
+    steps = [r["step"] for r in trainer_lib.read_log(os.path.join(workdir, "target",
+                                                                  "log.jsonl")) if "loss" in r]
+    assert steps == [1, 3]

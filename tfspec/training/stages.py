@@ -1,0 +1,295 @@
+"""The stages of a training recipe: data, target, draft (the export stage is in export.py).
+
+A recipe is an `ml_collections.ConfigDict` (see `configs/zoo_tiny_code.py`) and a workdir:
+
+    WORKDIR/target/   Trainer outputs of the target (label cross-entropy)
+    WORKDIR/draft/    Trainer outputs of the draft (distillation from the frozen target)
+    WORKDIR/export/   metrics.json of the exported pair
+
+Every stage is resumable and skipped once its `DONE.json` exists (see `trainer.Trainer`).
+"""
+
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from tfspec import tokenizer as tokenizer_lib
+from tfspec.data import code_corpus
+from tfspec.models import T5, T5Config
+from tfspec.training import distill
+from tfspec.training import examples as examples_lib
+from tfspec.training import losses
+from tfspec.training import optim
+from tfspec.training import trainer as trainer_lib
+
+TARGET = "target"
+DRAFT = "draft"
+EXPORT = "export"
+STAGES = (TARGET, DRAFT, EXPORT)
+
+
+@dataclasses.dataclass
+class Data:
+    """The tokenized data of a recipe.
+
+    Attributes:
+      tokenizer: the `tfspec.Tokenizer`.
+      corpus: the `CodeCorpus`.
+      train, validation: lists of `Example`.
+      corpus_roots: directories the corpus was mined from.
+    """
+
+    tokenizer: Any
+    corpus: Any
+    train: List[examples_lib.Example]
+    validation: List[examples_lib.Example]
+    corpus_roots: Tuple[str, ...]
+
+
+def package_root(name: str) -> str:
+    """The source directory of an installed Python package (e.g. "numpy")."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"Package {name!r} (a corpus source in the config) is not "
+                                "installed; install it or remove it from "
+                                "data.extra_packages.")
+    return os.path.realpath(list(spec.submodule_search_locations)[0])
+
+
+def tokenizer_path(config) -> str:
+    return config.data.get("tokenizer") or tokenizer_lib.TINY_CODE_TOKENIZER
+
+
+def load_data(config) -> Data:
+    """Builds (or loads from cache) the corpus and tokenizes both splits."""
+    data = config.data
+    extra = tuple(package_root(p) for p in data.extra_packages)
+    corpus = code_corpus.build_corpus(seed=data.corpus_seed, extra_roots=extra)
+    tokenizer = tokenizer_lib.load_tokenizer(tokenizer_path(config))
+    kwargs = dict(tasks=tuple(data.tasks), max_encoder_length=data.max_encoder_length,
+                  max_target_length=data.max_target_length)
+    train = examples_lib.make_examples(corpus, tokenizer, "train", limit=data.get("limit"),
+                                       **kwargs)
+    validation = examples_lib.make_examples(corpus, tokenizer, "validation",
+                                            limit=data.get("validation_limit"), **kwargs)
+    roots = tuple(corpus.manifest.get("config", {}).get("roots", ())) or (
+        code_corpus.default_roots() + extra)
+    return Data(tokenizer, corpus, train, validation, roots)
+
+
+def batches(config, examples: Sequence[examples_lib.Example], train: bool,
+            seed: int) -> examples_lib.BucketedBatches:
+    data = config.data
+    return examples_lib.BucketedBatches(
+        examples, batch_tokens=data.batch_tokens, encoder_buckets=data.encoder_buckets,
+        target_buckets=data.target_buckets, seed=seed, shuffle=train)
+
+
+def model_config(config, role: str) -> T5Config:
+    """The `T5Config` of "target" or "draft" (vocabulary from the config's model section)."""
+    return T5Config(**dict(config.model[role]))
+
+
+def build_model(config, role: str) -> T5:
+    """A freshly initialised float32 T5 of `role` ("target" or "draft").
+
+    HF's initialisation draws an untied LM head from N(0, 1), which makes the initial logits
+    of a from-scratch model about sqrt(d_model) in scale (an initial loss of 20+ nats); here
+    the head is drawn from N(0, 1/d_model) instead, so the initial logits are O(1), as they
+    are for a tied head (which is rescaled by d_model**-0.5).
+    """
+    model_config_ = model_config(config, role)
+    model = T5(model_config_, seed=config.seeds[role], dtype="float32", name=f"t5_{role}")
+    if model.lm_head is not None:
+        rng = np.random.default_rng([config.seeds[role], 1])
+        head = rng.standard_normal(tuple(model.lm_head.shape), dtype=np.float32)
+        model.lm_head.assign(head * np.float32(model_config_.d_model ** -0.5))
+    return model
+
+
+def parameter_count(model) -> int:
+    return int(sum(int(np.prod(v.shape)) for v in model.weights))
+
+
+def _optimizer(model, stage_config):
+    return optim.make_optimizer(
+        model, learning_rate=stage_config.learning_rate,
+        warmup_steps=stage_config.warmup_steps, decay=stage_config.decay,
+        total_steps=stage_config.steps, final_fraction=stage_config.get("final_fraction", 0.0),
+        weight_decay=stage_config.weight_decay, clip_norm=stage_config.clip_norm)
+
+
+def stage_dir(workdir: str, stage: str) -> str:
+    return os.path.join(workdir, stage)
+
+
+def _trainer(config, workdir: str, role: str, model, objective, data: Data,
+             max_steps: Optional[int], progress: bool,
+             train_examples: Optional[Sequence[examples_lib.Example]] = None
+             ) -> trainer_lib.Trainer:
+    stage_config = config[role]
+    steps = int(max_steps if max_steps is not None else stage_config.steps)
+    train_examples = data.train if train_examples is None else train_examples
+    return trainer_lib.Trainer(
+        model, objective, _optimizer(model, stage_config),
+        batches(config, train_examples, train=True, seed=config.seeds[f"{role}_data"]),
+        stage_dir(workdir, role), max_steps=steps,
+        valid_batches=batches(config, data.validation, train=False, seed=0),
+        eval_every=stage_config.eval_every, checkpoint_every=stage_config.checkpoint_every,
+        log_every=stage_config.log_every, keep=stage_config.keep, progress=progress,
+        name=role)
+
+
+def _write_stage_info(config, workdir: str, role: str, model, data: Data):
+    directory = stage_dir(workdir, role)
+    os.makedirs(directory, exist_ok=True)
+    info = {"role": role, "parameters": parameter_count(model),
+            "model_config": model_config(config, role).to_dict(),
+            "train": examples_lib.token_counts(data.train),
+            "validation": examples_lib.token_counts(data.validation),
+            "corpus_roots": list(data.corpus_roots),
+            "corpus_counts": data.corpus.manifest.get("counts"),
+            "recipe": json.loads(config.to_json())}
+    with open(os.path.join(directory, "stage.json"), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2, default=str)
+        f.write("\n")
+
+
+def load_trained(config, workdir: str, role: str, weights: str = "best") -> T5:
+    """A model of `role` with the weights of its finished stage.
+
+    Args:
+      weights: "best" (best validation loss; falls back to the last checkpoint when the stage
+        never validated) or "final" (the last checkpoint).
+    """
+    model = build_model(config, role)
+    directory = stage_dir(workdir, role)
+    best = os.path.join(directory, trainer_lib.BEST_DIR)
+    if weights == "best" and os.path.exists(os.path.join(best, "checkpoint")):
+        trainer_lib.restore_weights(model, best)
+    else:
+        trainer_lib.restore_weights(model, os.path.join(directory, trainer_lib.CHECKPOINT_DIR))
+    return model
+
+
+def train_target(config, workdir: str, data: Optional[Data] = None,
+                 max_steps: Optional[int] = None, progress: bool = True) -> Dict[str, Any]:
+    """Trains the target on the label cross-entropy of both tasks; returns the summary."""
+    data = data or load_data(config)
+    model = build_model(config, TARGET)
+    _write_stage_info(config, workdir, TARGET, model, data)
+    trainer = _trainer(config, workdir, TARGET, model, losses.LabelObjective(), data,
+                       max_steps, progress)
+    return trainer.run()
+
+
+def train_draft(config, workdir: str, data: Optional[Data] = None,
+                max_steps: Optional[int] = None, progress: bool = True) -> Dict[str, Any]:
+    """Distills the draft from the finished target (KL + label term); returns the summary."""
+    if not trainer_lib.is_done(stage_dir(workdir, TARGET)):
+        raise RuntimeError(f"The target stage in {stage_dir(workdir, TARGET)} has not "
+                           "finished; run --stage target first (or --stage all).")
+    data = data or load_data(config)
+    target = load_trained(config, workdir, TARGET, config.export.weights)
+    target.trainable = False
+    model = build_model(config, DRAFT)
+    _write_stage_info(config, workdir, DRAFT, model, data)
+    objective = distill.DistillationObjective(target, label_weight=config.draft.label_weight,
+                                              temperature=config.draft.temperature)
+    generated = target_generated(config, workdir, target, data, progress)
+    trainer = _trainer(config, workdir, DRAFT, model, objective, data, max_steps, progress,
+                       train_examples=list(data.train) + generated)
+    return trainer.run()
+
+
+GENERATED_FILE = "generated.jsonl"
+
+
+def target_generated(config, workdir: str, target, data: Data,
+                     progress: bool = False) -> List[examples_lib.Example]:
+    """The target's continuations of `draft.generated_prompts` training prompts.
+
+    Generated once and cached in WORKDIR/draft/generated.jsonl, so a resumed draft stage
+    trains on the very same examples. The prompts are a seeded sample of the training
+    examples (both tasks).
+    """
+    count = int(config.draft.get("generated_prompts", 0) or 0)
+    if not count:
+        return []
+    path = os.path.join(stage_dir(workdir, DRAFT), GENERATED_FILE)
+    if os.path.exists(path):
+        return distill.load_examples(path)
+    rng = np.random.default_rng([config.seeds["draft_data"], 7])
+    picked = np.sort(rng.choice(len(data.train), size=min(count, len(data.train)),
+                                replace=False))
+    log(f"[draft] generating the target's continuations of {len(picked)} training prompts")
+    generated = distill.generated_examples(
+        target, [data.train[i] for i in picked],
+        max_new_tokens=min(config.draft.generated_max_new_tokens,
+                           config.data.max_target_length),
+        batch_size=config.draft.generated_batch_size,
+        temperature=config.draft.generated_temperature, seed=config.seeds["draft_data"],
+        progress=progress)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    distill.save_examples(path, generated)
+    return generated
+
+
+def validate_config(config):
+    """Checks a recipe's consistency; returns it, or raises ValueError naming the problem."""
+    for section in ("data", "model", "seeds", TARGET, DRAFT, EXPORT):
+        if section not in config:
+            raise ValueError(f"The recipe has no {section!r} section.")
+    data = config.data
+    for task in data.tasks:
+        if task not in examples_lib.TASKS:
+            raise ValueError(f"Unknown task {task!r} in data.tasks; tasks: "
+                             f"{', '.join(examples_lib.TASKS)}.")
+    if max(data.encoder_buckets) < data.max_encoder_length:
+        raise ValueError(f"The largest encoder bucket ({max(data.encoder_buckets)}) must hold "
+                         f"data.max_encoder_length ({data.max_encoder_length}).")
+    if max(data.target_buckets) < data.max_target_length:
+        raise ValueError(f"The largest target bucket ({max(data.target_buckets)}) must hold "
+                         f"data.max_target_length ({data.max_target_length}).")
+    target, draft = model_config(config, TARGET), model_config(config, DRAFT)
+    if target.vocab_size != draft.vocab_size:
+        raise ValueError(f"Target and draft must share the vocabulary: target vocab_size "
+                         f"{target.vocab_size} != draft vocab_size {draft.vocab_size}.")
+    for role in (TARGET, DRAFT):
+        stage = config[role]
+        if not 1 <= stage.warmup_steps < stage.steps:
+            raise ValueError(f"{role}.warmup_steps ({stage.warmup_steps}) must be in "
+                             f"[1, {role}.steps = {stage.steps}).")
+        if stage.decay not in optim.DECAYS:
+            raise ValueError(f"{role}.decay must be one of {optim.DECAYS}.")
+    if config.export.weights not in ("best", "final"):
+        raise ValueError("export.weights must be 'best' or 'final'.")
+    if config.export.dtype not in ("bfloat16", "float32"):
+        raise ValueError("export.dtype must be 'bfloat16' or 'float32'.")
+    return config
+
+
+def stage_done(workdir: str, stage: str, max_steps: Optional[int] = None,
+               config=None) -> bool:
+    """Whether `stage` finished in `workdir`.
+
+    With `config` (and optionally `max_steps`), a training stage counts as finished only if
+    it reached the steps this invocation asks for, so a run capped by `--max_steps` is
+    continued, not skipped, by a later run with more steps.
+    """
+    directory = stage_dir(workdir, stage)
+    if not trainer_lib.is_done(directory):
+        return False
+    if stage == EXPORT or config is None:
+        return True
+    wanted = int(max_steps if max_steps is not None else config[stage].steps)
+    return trainer_lib.read_done(directory)["steps"] >= wanted
+
+
+def log(message: str):
+    print(message, file=sys.stderr, flush=True)
