@@ -124,3 +124,18 @@ def test_stats_are_consistent():
     assert (np.diff(s.accepted_per_position, axis=1) <= 0).all()
     assert 0 < s.beta_mean < 1
     assert s.per_position_acceptance.shape == (3,)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_acceptance_rate_estimates_beta(k):
+    # P(accept a drafted x ~ q) = sum_x min(p, q) = beta, so over many verified positions the
+    # acceptance frequency matches the mean overlap (for k = 1 every drafted position is
+    # verified; for k > 1 compare accepted / verified-and-judged positions).
+    target, draft = _models(seed=6)
+    gen = tfspec.generate(target, [[1, 2]] * 3000, draft=draft, k=k, max_new_tokens=6,
+                          seed=2)
+    s = gen.stats
+    judged = s.verified.sum()
+    assert abs(s.accepted.sum() / judged - s.beta_mean) < 0.02
+    if k == 1:
+        assert abs(s.acceptance_rate - s.beta_mean) < 0.02

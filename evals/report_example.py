@@ -1,0 +1,94 @@
+r"""Regenerates the embedded-default example report: `python -m evals.report_example`.
+
+Runs `python -m evals.run` with `configs/zoo_k_sweep.py` for HumanEval and docsum at
+temperature 0 and 1 (K = 0..8 each; every sweep also holds the autoregressive baseline and
+the k = 4 speculative run, so its summary.json feeds the Table 2 / Table 1 layouts), then
+builds the report from the four run directories:
+
+    python -m evals.report_example                       # runs/embedded_default/* and
+                                                         # reports/embedded_default/
+    python -m evals.report_example --dry_run             # print the commands only
+    python -m evals.report_example --only humaneval-t0 -- --limit 5   # quick look
+
+Arguments after `--` go to every `evals.run` call (e.g. `--limit 5`, or `--target DIR
+--draft DIR` for another pair). A run directory that already has summary.json is reused
+(pass --rerun to run it again); one without is continued with `--resume`. The report is
+written with `python -m evals.report` semantics (`evals.report.build_report`).
+
+Expected time on 2 CPU cores with the embedded pair: ~10-20 minutes per sweep.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+from typing import List, Optional, Sequence
+
+from evals import report
+
+SWEEPS = ("humaneval-t0", "humaneval-t1", "docsum-t0", "docsum-t1")
+CONFIG = os.path.join("configs", "zoo_k_sweep.py")
+DEFAULT_RUNS_DIR = os.path.join("runs", "embedded_default")
+DEFAULT_OUT = os.path.join("reports", "embedded_default")
+
+
+def run_dir(runs_dir: str, sweep: str) -> str:
+    return os.path.join(runs_dir, "zoo_k_sweep_" + sweep.replace("-", "_"))
+
+
+def commands(runs_dir: str, sweeps: Sequence[str], extra: Sequence[str],
+             rerun: bool = False) -> List[List[str]]:
+    """The evals.run command lines still to run (sys.executable -m evals.run ...)."""
+    out = []
+    for sweep in sweeps:
+        directory = run_dir(runs_dir, sweep)
+        if os.path.isfile(os.path.join(directory, "summary.json")) and not rerun:
+            continue
+        cmd = [sys.executable, "-m", "evals.run", "--config", f"{CONFIG}:{sweep}",
+               "--output_dir", directory]
+        if os.path.isdir(directory) and not rerun:
+            cmd.append("--resume")
+        out.append(cmd + list(extra))
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: List[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1:]
+    parser = argparse.ArgumentParser(prog="python -m evals.report_example",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--runs_dir", default=DEFAULT_RUNS_DIR)
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--only", action="append", choices=SWEEPS,
+                        help="run only this sweep (repeatable)")
+    parser.add_argument("--rerun", action="store_true")
+    parser.add_argument("--dry_run", action="store_true")
+    args = parser.parse_args(argv)
+    sweeps = args.only or list(SWEEPS)
+    todo = commands(args.runs_dir, sweeps, extra, args.rerun)
+    for cmd in todo:
+        print("$ python " + " ".join(cmd[1:]), flush=True)
+        if not args.dry_run:
+            code = subprocess.call(cmd)
+            if code:
+                print(f"evals.report_example: error: evals.run exited with {code}",
+                      file=sys.stderr)
+                return code
+    dirs = [run_dir(args.runs_dir, s) for s in sweeps]
+    print(f"$ python -m evals.report {' '.join(dirs)} --out {args.out}", flush=True)
+    if args.dry_run:
+        return 0
+    try:
+        path = report.build_report(report.load_runs(dirs), args.out)
+    except report.ReportError as e:
+        print(f"evals.report_example: error: {e}", file=sys.stderr)
+        return report.EXIT_USAGE
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

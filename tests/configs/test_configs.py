@@ -1,0 +1,92 @@
+"""Every experiment config in configs/ loads and validates as evals.run flag values."""
+
+import glob
+import importlib.util
+import os
+
+import pytest
+
+from evals import published
+from evals import run
+from evals import run_spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG_DIR = os.path.join(ROOT, "configs")
+# Training recipes (tfspec.train), not evals.run configs: they only have to load.
+TRAIN_CONFIGS = ("zoo_tiny_code.py",)
+
+
+def _module(path):
+    spec = importlib.util.spec_from_file_location(
+        "_cfg_" + os.path.basename(path)[:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _config_files():
+    return sorted(p for p in glob.glob(os.path.join(CONFIG_DIR, "*.py"))
+                  if not os.path.basename(p).startswith("_"))
+
+
+EVAL_CONFIGS = [p for p in _config_files() if os.path.basename(p) not in TRAIN_CONFIGS]
+CASES = [(path, arg) for path in EVAL_CONFIGS
+         for arg in getattr(_module(path), "VARIANTS", (None,))]
+
+
+def _spec(path, arg):
+    values = run.load_config(path + (f":{arg}" if arg else ""))
+    return run_spec.build_run_spec(values)
+
+
+@pytest.mark.parametrize("path,arg", CASES,
+                         ids=[f"{os.path.basename(p)}:{a}" for p, a in CASES])
+def test_config_validates_as_evals_run_flags(path, arg):
+    spec = _spec(path, arg)  # Raises UsageError on unknown keys or invalid values.
+    assert spec.k > 0 and spec.baseline and spec.batch_size == 1
+    assert spec.target and spec.draft
+
+
+@pytest.mark.parametrize("path", EVAL_CONFIGS, ids=os.path.basename)
+def test_docstring_gives_command_hardware_data(path):
+    doc = _module(path).__doc__ or ""
+    name = os.path.basename(path)
+    assert f"python -m evals.run --config configs/{name}" in doc
+    assert "Hardware" in doc and "Data" in doc and "ublished" in doc
+
+
+def test_training_configs_load():
+    for name in TRAIN_CONFIGS:
+        config = _module(os.path.join(CONFIG_DIR, name)).get_config()
+        assert config is not None
+
+
+def test_every_published_row_has_a_config():
+    specs = [(os.path.basename(p), _spec(p, a)) for p, a in CASES]
+    for row in published.LEVIATHAN_TABLE2:
+        if "small" not in row.draft.lower():
+            continue  # The T5-large row shows a worse draft; no config reproduces it.
+        match = [n for n, s in specs if s.task == row.task and s.k == row.k
+                 and s.temperature == row.temperature and "t5-11b" in s.target
+                 and "t5-small" in s.draft]
+        assert match, row
+        doc = _module(os.path.join(CONFIG_DIR, match[0])).__doc__
+        assert f"{row.speedup}x" in doc and f"alpha = {row.alpha}" in doc
+    for row in published.CHEN_TABLE1:
+        match = [n for n, s in specs if s.task == row.task and s.k == row.k and not s.k_sweep
+                 and s.temperature == row.temperature and s.top_p == row.top_p
+                 and s.target.startswith("hf://")]
+        assert match, row
+        doc = _module(os.path.join(CONFIG_DIR, match[0])).__doc__
+        assert f"{row.speedup}x" in doc
+    sweeps = [s for n, s in specs if n == "chen_k_sweep.py"]
+    assert sweeps and all(s.ks == tuple(range(8)) for s in sweeps)
+    zoo = [s for n, s in specs if n == "zoo_k_sweep.py"]
+    assert {(s.task, s.temperature) for s in zoo} == {
+        ("humaneval", 0.0), ("humaneval", 1.0), ("docsum", 0.0), ("docsum", 1.0)}
+    assert all(s.ks == tuple(range(9)) for s in zoo)
+
+
+def test_bad_variant_is_rejected():
+    with pytest.raises(run_spec.UsageError, match="get_config failed"):
+        run.load_config(os.path.join(CONFIG_DIR, "zoo_k_sweep.py") + ":mmlu-t3")
