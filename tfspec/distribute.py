@@ -2,8 +2,9 @@
 
 Rows are independent (per-row lengths, per-row random streams keyed by row key), so data
 parallelism is exact: each replica decodes a slice of the batch and the slices are joined.
-Models used under `TPUStrategy` should be created inside `strategy.scope()` so that their
-variables live on the TPU.
+Models with variables (T5) must be created inside `strategy.scope()`: each replica then reads
+its own copy of the weights on its own device, which XLA requires (a compiled program cannot
+read a variable placed on another device). `check_placement` enforces it with a clear error.
 """
 
 from typing import Callable, Optional, Sequence
@@ -38,6 +39,19 @@ def resolve_strategy(tpu: Optional[str] = None) -> tf.distribute.Strategy:
     if len(gpus) == 1:
         return tf.distribute.OneDeviceStrategy(gpus[0].name)
     return tf.distribute.get_strategy()
+
+
+def check_placement(strategy: tf.distribute.Strategy, model, role: str) -> None:
+    """Raises ValueError if `model`'s variables were created outside `strategy.scope()`."""
+    variables = list(getattr(model, "weights", None) or [])
+    if not variables:  # NGram, PromptLookup: constants only, nothing to place.
+        return
+    variable = getattr(variables[0], "value", variables[0])  # Keras wraps a tf.Variable.
+    if not strategy.extended.variable_created_in_scope(variable):
+        raise ValueError(
+            f"the {role} model was created outside strategy.scope(); create it inside "
+            f"`with strategy.scope():` (tfspec.load_model or tfspec.models.T5) so every "
+            f"replica reads its own copy of the weights")
 
 
 _REPLICATED = {}

@@ -181,6 +181,9 @@ def generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
     inputs = (tf.constant(prompt_ids, tf.int32), tf.constant(lengths, tf.int32),
               tf.constant(keys, tf.int64), tf.constant(seed, tf.int64))
     if strategy is not None and strategy.num_replicas_in_sync > 1:
+        distribute_lib.check_placement(strategy, target, "target")
+        if draft is not None:
+            distribute_lib.check_placement(strategy, draft, "draft")
         out = distribute_lib.run_split(strategy, run, inputs[:3], inputs[3])
     else:
         out = {name: value.numpy() for name, value in run(*inputs).items()}
