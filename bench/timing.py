@@ -25,15 +25,29 @@ def best_time(fn: Callable[[], object], repeats: int) -> tuple:
 
 def interleaved_times(fns: Sequence[Callable[[], object]], repeats: int) -> List[float]:
     """Median time of each fn, measured in alternation so machine noise hits all alike."""
-    for fn in fns:
-        fn()  # Warm-up compile of every variant first.
+    return interleaved_runs(fns, repeats)[0]
+
+
+def interleaved_runs(fns: Sequence[Callable[[], object]], repeats: int) -> tuple:
+    """Like `interleaved_times`, also returning each fn's last result.
+
+    Every fn is called once first (warm-up: XLA compilation, never counted), then the fns are
+    called in turn `repeats` times (round-robin, the order reversed every other repeat so no fn
+    always runs right after the same one), so a slow spell of a shared machine is spread over
+    all of them instead of biasing one.
+
+    Returns:
+      (list of median seconds, list of last results), both in the order of `fns`.
+    """
+    results = [fn() for fn in fns]
     samples = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
+    for repeat in range(max(1, repeats)):
+        order = range(len(fns)) if repeat % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
             start = time.perf_counter()
-            fn()
+            results[i] = fns[i]()
             samples[i].append(time.perf_counter() - start)
-    return [float(np.median(s)) for s in samples]
+    return [float(np.median(s)) for s in samples], results
 
 
 def print_table(rows: List[dict], columns: Sequence[str]) -> None:

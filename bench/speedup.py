@@ -1,0 +1,195 @@
+"""Measured speed-up of speculative decoding against the walltime formula's prediction.
+
+For a target/draft pair, each batch size and each temperature, this times (interleaved:
+every repeat runs the target autoregressively, the draft autoregressively and the speculative
+loop at every k, in turn, so noise on a shared machine hits all alike):
+
+    ar_ms_per_token          target-only decoding (k = 0, same compiled loop), ms per emitted
+                             token (real tokens: up to and including EOS, padding excluded)
+    spec_ms_per_token        speculative decoding at k, ms per emitted token
+    speedup                  ar_ms_per_token / spec_ms_per_token
+    acceptance_rate          accepted / drafted draft tokens
+    beta_mean                mean exact overlap sum_x min(p, q) over verified positions: the
+                             paper's alpha, estimated
+    draft_cost_ratio         c = draft ms per loop step / target ms per loop step, both decoding
+                             autoregressively in this run (at batch 1 without early EOS this is
+                             draft ms/token / target ms/token)
+    predicted_speedup        (1 - a^(k+1)) / ((1 - a)(k c + 1)) with a = beta_mean
+                             (evals.walltime.predicted_speedup)
+    speedup_over_predicted   speedup / predicted_speedup (goal: >= 0.9 at batch 1)
+
+    python -m bench.speedup --k 1,2,4 --batch_size 1 --temperature 0 --json runs/bench/speedup.json
+    python -m bench.speedup --target random:t5-small --draft random:t5-small:num_layers=1 \\
+        --k 1,2 --max_new_tokens 16 --repeats 1
+
+JSON: {"records": [...]} with one record per (k, batch_size, temperature), plus the settings.
+The formula assumes i.i.d. acceptance and a draft as costly per step as measured; random
+models accept almost nothing, so their speed-up is below 1 by design (a cost check only).
+"""
+
+import argparse
+import math
+import platform
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+import tfspec
+from bench import models as bench_models
+from bench import timing
+from evals import walltime
+
+COLUMNS = ["k", "batch_size", "temperature", "ar_ms_per_token", "spec_ms_per_token", "speedup",
+           "acceptance_rate", "beta_mean", "draft_cost_ratio", "predicted_speedup",
+           "speedup_over_predicted"]
+
+
+def _floats(text: str) -> List[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> List[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def add_pair_args(parser: argparse.ArgumentParser) -> None:
+    """The --target/--draft/--dtype/prompt flags every pair benchmark takes."""
+    parser.add_argument("--target", default=bench_models.DEFAULT_TARGET,
+                        help="target SPEC (see bench/models.py)")
+    parser.add_argument("--draft", default=bench_models.DEFAULT_DRAFT,
+                        help="draft SPEC (see bench/models.py)")
+    parser.add_argument("--dtype", default=None, help="float32 or bfloat16")
+    parser.add_argument("--num_prompts", type=int, default=8,
+                        help="prompt pool; a batch takes the first batch_size (cycled)")
+    parser.add_argument("--prompt_length", type=int, default=16,
+                        help="length of random prompts (random targets only)")
+    parser.add_argument("--max_new_tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed, interleaved repeats after one warm-up")
+    parser.add_argument("--top_k", type=int, default=0)
+    parser.add_argument("--top_p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default="", help="write the result here")
+    parser.add_argument("--eager", action="store_true",
+                        help="decode eagerly, without XLA (quick checks only: the timings "
+                             "then measure Python overhead, not the product)")
+
+
+def _parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_pair_args(parser)
+    parser.add_argument("--k", default="1,2,4", help="comma-separated draft lengths")
+    parser.add_argument("--batch_size", default="1", help="comma-separated batch sizes")
+    parser.add_argument("--temperature", default="0", help="comma-separated temperatures")
+    return parser.parse_args(argv)
+
+
+def jit_compile(args) -> Optional[bool]:
+    """The `tfspec.generate(jit_compile=...)` value of the parsed flags."""
+    return None if getattr(args, "eager", False) else True
+
+
+def _real_tokens(gen) -> int:
+    return int(np.sum(gen.lengths))
+
+
+def _loop_steps(gen) -> int:
+    # The loop runs until its slowest row finishes: one iteration per round of that row.
+    return max(1, int(np.max(gen.stats.rounds)))
+
+
+def _alpha(beta: float, acceptance: float) -> float:
+    """beta_mean clipped into [0, 1] (float round-off); the acceptance rate if beta is nan."""
+    a = beta if math.isfinite(beta) else acceptance
+    return float(min(1.0, max(0.0, a))) if math.isfinite(a) else float("nan")
+
+
+def per_row_acceptance(stats) -> List[float]:
+    """accepted / drafted of each row (nan for a row that drafted nothing)."""
+    drafted = stats.drafted.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rates = np.where(drafted > 0, stats.accepted / np.maximum(drafted, 1), np.nan)
+    return [float(r) for r in rates]
+
+
+def measure(target, draft, prompts: Sequence[Sequence[int]], ks: Sequence[int],
+            sampling: tfspec.Sampling, max_new_tokens: int, repeats: int, seed: int = 0,
+            eos_id="target", jit_compile: Optional[bool] = True) -> List[dict]:
+    """Times target AR, draft AR and speculative decoding at every k on one batch.
+
+    Returns:
+      One record per k (see the module docstring for the keys), plus `k, batch_size,
+      temperature, top_k, top_p, tokens_ar, tokens_spec, rounds, mean_tokens_per_round,
+      draft_ms_per_step, target_ms_per_step, per_row_acceptance`.
+    """
+    prompts = [list(p) for p in prompts]
+    eos_kwargs = {} if eos_id == "target" else {"eos_id": eos_id}
+    eos_kwargs["jit_compile"] = jit_compile  # Tests pass None (eager): no compile time.
+
+    def call(model, k, d=None):
+        return lambda: tfspec.generate(model, prompts, draft=d, k=k, sampling=sampling,
+                                       max_new_tokens=max_new_tokens, seed=seed, **eos_kwargs)
+
+    fns = [call(target, 0), call(draft, 0)] + [call(target, k, draft) for k in ks]
+    times, gens = timing.interleaved_runs(fns, repeats)
+    ar_time, draft_time = times[0], times[1]
+    ar_gen, draft_gen = gens[0], gens[1]
+    ar_ms = 1e3 * ar_time / max(1, _real_tokens(ar_gen))
+    target_step = ar_time / _loop_steps(ar_gen)
+    draft_step = draft_time / _loop_steps(draft_gen)
+    c = walltime.draft_cost_ratio(draft_step, target_step)
+    records = []
+    for k, spec_time, gen in zip(ks, times[2:], gens[2:]):
+        stats = gen.stats
+        spec_ms = 1e3 * spec_time / max(1, _real_tokens(gen))
+        a = _alpha(stats.beta_mean, stats.acceptance_rate)
+        predicted = walltime.predicted_speedup(a, k, c) if math.isfinite(a) else float("nan")
+        speedup = ar_ms / spec_ms
+        records.append({
+            "k": int(k), "batch_size": len(prompts), "temperature": sampling.temperature,
+            "top_k": sampling.top_k, "top_p": sampling.top_p,
+            "ar_ms_per_token": ar_ms, "spec_ms_per_token": spec_ms, "speedup": speedup,
+            "acceptance_rate": stats.acceptance_rate, "beta_mean": stats.beta_mean,
+            "draft_cost_ratio": c, "predicted_speedup": predicted,
+            "speedup_over_predicted": speedup / predicted,
+            "tokens_ar": _real_tokens(ar_gen), "tokens_spec": _real_tokens(gen),
+            "rounds": int(np.sum(stats.rounds)),
+            "mean_tokens_per_round": stats.mean_tokens_per_round,
+            "target_ms_per_step": 1e3 * target_step, "draft_ms_per_step": 1e3 * draft_step,
+            "per_row_acceptance": per_row_acceptance(stats),
+        })
+    return records
+
+
+def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
+        batch_sizes: Sequence[int] = (1,), temperatures: Sequence[float] = (0.0,),
+        top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, repeats: int = 3,
+        seed: int = 0, target_spec: Optional[str] = None,
+        draft_spec: Optional[str] = None, jit_compile: Optional[bool] = True) -> dict:
+    """Records for every (k, batch_size, temperature); see the module docstring."""
+    records = []
+    for batch_size in batch_sizes:
+        prompts = bench_models.batch_of(list(prompt_pool), batch_size)
+        for temperature in temperatures:
+            sampling = tfspec.Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+            records += measure(target, draft, prompts, ks, sampling, max_new_tokens, repeats,
+                               seed, jit_compile=jit_compile)
+    return {"target": target_spec, "draft": draft_spec, "max_new_tokens": max_new_tokens,
+            "repeats": repeats, "seed": seed,
+            "machine": platform.processor() or platform.machine(), "records": records}
+
+
+def main(argv=None):
+    args = _parse_args(argv)
+    target, draft = bench_models.load_pair(args.target, args.draft, args.dtype)
+    pool = bench_models.prompts(args.target, target, args.num_prompts, args.prompt_length,
+                                args.seed)
+    result = run(target, draft, pool, _ints(args.k), _ints(args.batch_size),
+                 _floats(args.temperature), args.top_k, args.top_p, args.max_new_tokens,
+                 args.repeats, args.seed, args.target, args.draft, jit_compile(args))
+    timing.print_table(result["records"], COLUMNS)
+    timing.write_json(args.json, result)
+
+
+if __name__ == "__main__":
+    main()

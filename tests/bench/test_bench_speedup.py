@@ -1,0 +1,98 @@
+"""bench.speedup and bench.models on tiny random models (no wall-time assertions)."""
+
+import json
+import math
+import os
+
+import pytest
+
+from bench import models as bench_models
+from bench import speedup
+from evals import walltime
+from tests.bench.bench_fixtures import CONTRACT_KEYS, TINY, TINY_DRAFT
+
+
+def _check_contract(record):
+    for key in CONTRACT_KEYS:
+        assert key in record, key
+        assert math.isfinite(record[key]), (key, record[key])
+    assert record["ar_ms_per_token"] > 0 and record["spec_ms_per_token"] > 0
+    assert record["speedup"] == pytest.approx(
+        record["ar_ms_per_token"] / record["spec_ms_per_token"])
+    assert record["speedup_over_predicted"] == pytest.approx(
+        record["speedup"] / record["predicted_speedup"])
+    assert 0.0 <= record["acceptance_rate"] <= 1.0
+    assert 0.0 <= record["beta_mean"] <= 1.0 + 1e-5
+    assert record["draft_cost_ratio"] > 0
+    a = min(1.0, record["beta_mean"])
+    assert record["predicted_speedup"] == pytest.approx(
+        walltime.predicted_speedup(a, record["k"], record["draft_cost_ratio"]))
+
+
+def test_parse_random_config_overrides_and_decoder_layers():
+    config = bench_models.parse_random_config("random:t5-small:d_model=32,num_layers=1")
+    assert (config.d_model, config.num_layers, config.num_decoder_layers) == (32, 1, 1)
+    config = bench_models.parse_random_config("random:t5-small:num_layers=2,num_decoder_layers=1")
+    assert (config.num_layers, config.num_decoder_layers) == (2, 1)
+    assert bench_models.parse_random_config("random:t5-small") == \
+        bench_models.tfspec.models.T5Config.preset("t5-small")
+    with pytest.raises(ValueError):
+        bench_models.parse_random_config("random:t5-small:d_model")
+    with pytest.raises(ValueError):
+        bench_models.parse_random_config("random:")
+
+
+def test_random_prompts_and_batches():
+    target = bench_models.load(TINY)
+    pool = bench_models.prompts(TINY, target, num_prompts=3, prompt_length=5)
+    assert len(pool) == 3 and all(len(p) == 5 for p in pool)
+    assert all(3 <= t < 64 for p in pool for t in p)
+    assert bench_models.batch_of(pool, 5) == [pool[0], pool[1], pool[2], pool[0], pool[1]]
+    draft = bench_models.load("ngram:unigram", vocab_size=target.vocab_size)
+    assert draft.vocab_size == target.vocab_size
+
+
+def test_self_draft_greedy_accepts_everything_and_keeps_the_contract():
+    target = bench_models.load(TINY)
+    pool = bench_models.prompts(TINY, target, num_prompts=1, prompt_length=6)
+    result = speedup.run(target, target, pool, ks=[2], batch_sizes=[1], temperatures=[0.0],
+                         max_new_tokens=6, repeats=1)
+    (record,) = result["records"]
+    _check_contract(record)
+    assert (record["k"], record["batch_size"], record["temperature"]) == (2, 1, 0.0)
+    # The target drafting for itself greedily: every draft token is accepted.
+    assert record["acceptance_rate"] == 1.0
+    assert record["beta_mean"] == pytest.approx(1.0)
+    assert record["tokens_spec"] == record["tokens_ar"]
+
+
+def test_main_writes_one_record_per_k_batch_temperature(tmp_path, capsys):
+    out = tmp_path / "speedup.json"
+    speedup.main(["--target", TINY, "--draft", TINY_DRAFT, "--k", "1", "--batch_size", "2",
+                  "--temperature", "1", "--max_new_tokens", "6", "--repeats", "1",
+                  "--num_prompts", "2", "--eager", "--json", str(out)])
+    assert "speedup_over_predicted" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    (record,) = result["records"]
+    _check_contract(record)
+    assert (record["k"], record["batch_size"], record["temperature"]) == (1, 2, 1.0)
+    assert len(record["per_row_acceptance"]) == 2
+    assert result["target"] == TINY and result["draft"] == TINY_DRAFT
+
+
+def test_checkpoint_prompts_are_tokenized_held_out_code(monkeypatch):
+    import types
+
+    import tfspec
+    from tfspec.data import code_corpus
+
+    items = [{"id": "a", "prompt": "def f(x):\n    return", "completion": " x\n"},
+             {"id": "b", "prompt": "import os\n", "completion": ""}]
+    fake = types.SimpleNamespace(completion=lambda split: items if split == "validation" else [])
+    monkeypatch.setattr(code_corpus, "build_corpus", lambda: fake)
+    spm = os.path.join(os.path.dirname(tfspec.__file__), "zoo", "assets", "tiny-code",
+                       "spiece.model")
+    tokenizer = tfspec.load_tokenizer(spm)
+    target = types.SimpleNamespace(tokenizer_path=spm, max_prompt_length=3)
+    pool = bench_models.prompts("some/checkpoint", target, num_prompts=5)
+    assert pool == [tokenizer.encode(item["prompt"])[-3:] for item in items]
