@@ -30,25 +30,21 @@ package`), or `--data_source local --data_path HumanEval.jsonl.gz`. 512 new toke
 as in the paper.
 """
 
-import ml_collections
+from configs import common
 
 
 def get_config(arg=None):
     """evals.run flag values of this published row (`arg` is unused)."""
     del arg
-    config = ml_collections.ConfigDict()
-    config.task = "humaneval"
-    config.target = "hf://google/flan-t5-xxl"
-    config.draft = "hf://google/flan-t5-small"
-    config.prompt_eos = True
-    config.k = 4
-    config.temperature = 0.8
-    config.top_k = 0
-    config.top_p = 0.95
-    config.batch_size = 1
-    config.max_new_tokens = 512
-    config.num_samples = 100
-    config.pass_at = "1,10,100"
-    config.baseline = True
-    config.seed = 0
-    return config
+    return common.run_config(
+        task="humaneval",
+        target="hf://google/flan-t5-xxl",
+        draft="hf://google/flan-t5-small",
+        prompt_eos=True,
+        k=4,
+        temperature=0.8,
+        top_p=0.95,
+        max_new_tokens=512,
+        num_samples=100,
+        pass_at="1,10,100",
+    )

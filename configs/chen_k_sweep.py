@@ -25,7 +25,7 @@ Data: XSum test split, as in `configs/chen_xsum_nucleus.py` (`--data_path
 --data_path 'xsum_{split}.jsonl'`). 128 new tokens at most, as in the paper.
 """
 
-import ml_collections
+from configs import common
 
 VARIANTS = (None, "nucleus", "greedy")
 
@@ -35,19 +35,14 @@ def get_config(arg=None):
     arg = arg or "nucleus"
     if arg not in ("nucleus", "greedy"):
         raise ValueError(f"chen_k_sweep takes 'nucleus' or 'greedy', got {arg!r}")
-    config = ml_collections.ConfigDict()
-    config.task = "xsum"
-    config.target = "hf://google/flan-t5-xxl"
-    config.draft = "hf://google/flan-t5-small"
-    config.prompt_eos = True
-    config.k_sweep = "0,1,2,3,4,5,6,7"
-    config.k = 4
-    config.temperature = 1.0 if arg == "nucleus" else 0.0
-    config.top_k = 0
-    config.top_p = 0.8 if arg == "nucleus" else 1.0
-    config.batch_size = 1
-    config.max_new_tokens = 128
-    config.num_samples = 1
-    config.baseline = True
-    config.seed = 0
-    return config
+    return common.run_config(
+        task="xsum",
+        target="hf://google/flan-t5-xxl",
+        draft="hf://google/flan-t5-small",
+        prompt_eos=True,
+        k_sweep="0,1,2,3,4,5,6,7",
+        k=4,
+        temperature=1.0 if arg == "nucleus" else 0.0,
+        top_p=0.8 if arg == "nucleus" else 1.0,
+        max_new_tokens=128,
+    )

@@ -24,24 +24,18 @@ Data: XSum test split, as in `configs/chen_xsum_nucleus.py` (TFDS manual downloa
 --data_path 'xsum_{split}.jsonl'`). 128 new tokens at most, as in the paper.
 """
 
-import ml_collections
+from configs import common
 
 
 def get_config(arg=None):
     """evals.run flag values of this published row (`arg` is unused)."""
     del arg
-    config = ml_collections.ConfigDict()
-    config.task = "xsum"
-    config.target = "hf://google/flan-t5-xxl"
-    config.draft = "hf://google/flan-t5-small"
-    config.prompt_eos = True
-    config.k = 4
-    config.temperature = 0.0
-    config.top_k = 0
-    config.top_p = 1.0
-    config.batch_size = 1
-    config.max_new_tokens = 128
-    config.num_samples = 1
-    config.baseline = True
-    config.seed = 0
-    return config
+    return common.run_config(
+        task="xsum",
+        target="hf://google/flan-t5-xxl",
+        draft="hf://google/flan-t5-small",
+        prompt_eos=True,
+        k=4,
+        temperature=0.0,
+        max_new_tokens=128,
+    )

@@ -20,33 +20,20 @@ Leviathan et al.'s CNN/DM rows and Chen et al.'s XSum rows (ROUGE with bootstrap
 baseline vs speculative), on a task the tiny pair was trained for.
 """
 
-import ml_collections
+from configs import common
+from configs.zoo_humaneval import temperature_of
 
 VARIANTS = (None, "t0", "t1")
 
 
-def temperature_of(arg) -> float:
-    """"t0"/"0"/None -> 0.0, "t1"/"1" -> 1.0."""
-    value = (arg or "t0").lstrip("t")
-    if value not in ("0", "1"):
-        raise ValueError(f"expected 't0' or 't1', got {arg!r}")
-    return float(value)
-
-
 def get_config(arg=None):
     """evals.run flag values; `arg` "t0" (default) or "t1" picks the temperature."""
-    config = ml_collections.ConfigDict()
-    config.task = "docsum"
-    config.target = "zoo:tiny-code-target"
-    config.draft = "zoo:tiny-code-draft"
-    config.k = 4
-    config.temperature = temperature_of(arg)
-    config.top_k = 0
-    config.top_p = 1.0
-    config.batch_size = 1
-    config.max_new_tokens = 48
-    config.num_samples = 1
-    config.limit = 200
-    config.baseline = True
-    config.seed = 0
-    return config
+    return common.run_config(
+        task="docsum",
+        target="zoo:tiny-code-target",
+        draft="zoo:tiny-code-draft",
+        k=4,
+        temperature=temperature_of(arg),
+        max_new_tokens=48,
+        limit=200,
+    )

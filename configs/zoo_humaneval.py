@@ -21,7 +21,7 @@ pass@1 agree within bootstrap bounds and k=4 gives a speed-up when alpha is high
 small. The tiny pair's pass@1 is far lower, and on a CPU c is larger than on a TPU.
 """
 
-import ml_collections
+from configs import common
 
 VARIANTS = (None, "t0", "t1")
 
@@ -36,18 +36,12 @@ def temperature_of(arg) -> float:
 
 def get_config(arg=None):
     """evals.run flag values; `arg` "t0" (default) or "t1" picks the temperature."""
-    config = ml_collections.ConfigDict()
-    config.task = "humaneval"
-    config.target = "zoo:tiny-code-target"
-    config.draft = "zoo:tiny-code-draft"
-    config.k = 4
-    config.temperature = temperature_of(arg)
-    config.top_k = 0
-    config.top_p = 1.0
-    config.batch_size = 1
-    config.max_new_tokens = 128
-    config.num_samples = 1
-    config.pass_at = "1"
-    config.baseline = True
-    config.seed = 0
-    return config
+    return common.run_config(
+        task="humaneval",
+        target="zoo:tiny-code-target",
+        draft="zoo:tiny-code-draft",
+        k=4,
+        temperature=temperature_of(arg),
+        max_new_tokens=128,
+        pass_at="1",
+    )

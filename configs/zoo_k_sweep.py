@@ -21,7 +21,7 @@ time rising about linearly with K, the used fraction of the K + 1 slots falling,
 K in the middle (3 in their XSum run) and a growing spread of sequence times.
 """
 
-import ml_collections
+from configs import common
 
 VARIANTS = (None, "humaneval-t0", "humaneval-t1", "docsum-t0", "docsum-t1", "t1")
 MAX_NEW_TOKENS = {"humaneval": 128, "docsum": 48}
@@ -42,22 +42,14 @@ def parse_arg(arg):
 def get_config(arg=None):
     """evals.run flag values of the sweep selected by `arg` (see the module docstring)."""
     task, temperature = parse_arg(arg)
-    config = ml_collections.ConfigDict()
-    config.task = task
-    config.target = "zoo:tiny-code-target"
-    config.draft = "zoo:tiny-code-draft"
-    config.k_sweep = "0,1,2,3,4,5,6,7,8"
-    config.k = 4
-    config.temperature = temperature
-    config.top_k = 0
-    config.top_p = 1.0
-    config.batch_size = 1
-    config.max_new_tokens = MAX_NEW_TOKENS[task]
-    config.num_samples = 1
-    if task == "humaneval":
-        config.pass_at = "1"
-    else:
-        config.limit = 200
-    config.baseline = True
-    config.seed = 0
-    return config
+    extra = {"pass_at": "1"} if task == "humaneval" else {"limit": 200}
+    return common.run_config(
+        task=task,
+        target="zoo:tiny-code-target",
+        draft="zoo:tiny-code-draft",
+        k_sweep="0,1,2,3,4,5,6,7,8",
+        k=4,
+        temperature=temperature,
+        max_new_tokens=MAX_NEW_TOKENS[task],
+        **extra,
+    )

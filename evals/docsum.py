@@ -9,15 +9,14 @@ used instead (`data_source="local"`).
 """
 
 import importlib
-from typing import Mapping, Optional, Sequence
+from typing import Optional
 
 from evals import datasources
-from evals import example as example_lib
-from evals import rouge
+from evals import summarization
 from evals.example import Example
 
 NAME = "docsum"
-PREFIX = "summarize: "
+PREFIX = summarization.PREFIX
 CORPUS = "corpus"
 DATA_SOURCES = (CORPUS, datasources.LOCAL)
 CORPUS_SEED = 0
@@ -61,16 +60,9 @@ def load(split: Optional[str] = DEFAULT_SPLIT, data_source: Optional[str] = None
     else:
         raise ValueError(f"unknown data_source {source!r} for {NAME}; "
                          f"choose from {', '.join(DATA_SOURCES)}")
-    try:
-        return example_lib.from_records(
-            datasources.take(iter(records), limit),
-            input_field=field_names.get("input_field") or "code",
-            target_field=field_names.get("target_field") or "summary",
-            id_field=field_names.get("id_field") or "id",
-            prefix=PREFIX, id_prefix=f"{NAME}-{split}-")
-    except KeyError as e:
-        raise ValueError(f"{NAME}: {e.args[0]}; set the field names "
-                         f"(--input_field, --target_field)") from None
+    return summarization.examples_from_records(
+        iter(records), name=NAME, split=split, limit=limit, prefix=PREFIX,
+        field_names=field_names, input_field="code", target_field="summary", id_field="id")
 
 
 def format_prompt(example: Example) -> str:
@@ -78,25 +70,8 @@ def format_prompt(example: Example) -> str:
     return PREFIX + example.source
 
 
-def postprocess(text: str, example: Optional[Example] = None) -> str:
-    """Strips surrounding whitespace."""
-    del example
-    return text.strip()
-
-
-def score_samples(examples: Sequence[Example], outputs: Sequence[str]) -> list:
-    """Per-sample ROUGE F-measures x100."""
-    if len(examples) != len(outputs):
-        raise ValueError(f"{len(examples)} examples but {len(outputs)} outputs")
-    return rouge.score_pairs(list(outputs), [e.reference for e in examples])
-
-
-def aggregate(examples: Sequence[Example], outputs: Sequence[str],
-              qualities: Sequence[Mapping], num_bootstrap: int = 1000, seed: int = 0) -> dict:
-    """Corpus ROUGE with seeded bootstrap bounds (see `evals.rouge.aggregate`)."""
-    del examples, outputs
-    return rouge.aggregate(qualities, num_samples=num_bootstrap, seed=seed)
-
-
-def metric_names() -> tuple:
-    return rouge.metric_names()
+# Scored like news summarization: per-sample ROUGE x100, corpus ROUGE with bootstrap bounds.
+postprocess = summarization.postprocess
+score_samples = summarization.score_samples
+aggregate = summarization.aggregate
+metric_names = summarization.metric_names

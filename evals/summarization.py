@@ -69,6 +69,29 @@ def read_records(dataset: _Dataset, split: str, data_source: str,
                      f"choose from {', '.join(DATA_SOURCES)}")
 
 
+def examples_from_records(records, *, name: str, split: str, limit: Optional[int],
+                          prefix: str, field_names: Mapping[str, Optional[str]],
+                          input_field: str, target_field: str, id_field: str) -> list:
+    """The first `limit` records as Examples of a text-to-text task (also docsum, wmt_ende).
+
+    `field_names` (`input_field`, `target_field`, `id_field`) override the task's default
+    field names; ids default to f"{name}-{split}-{index}".
+
+    Raises:
+      ValueError: a record lacks a field, naming the flags that set the field names.
+    """
+    try:
+        return example_lib.from_records(
+            datasources.take(records, limit),
+            input_field=field_names.get("input_field") or input_field,
+            target_field=field_names.get("target_field") or target_field,
+            id_field=field_names.get("id_field") or id_field,
+            prefix=prefix, id_prefix=f"{name}-{split}-")
+    except KeyError as e:
+        raise ValueError(f"{name}: {e.args[0]}; set the field names "
+                         f"(--input_field, --target_field)") from None
+
+
 def load(name: str, split: Optional[str] = "test", data_source: Optional[str] = None,
          data_path: Optional[str] = None, limit: Optional[int] = None,
          **field_names) -> list:
@@ -89,16 +112,10 @@ def load(name: str, split: Optional[str] = "test", data_source: Optional[str] = 
     dataset = DATASETS[name]
     split = split or "test"
     records = read_records(dataset, split, data_source or datasources.TFDS, data_path)
-    try:
-        return example_lib.from_records(
-            datasources.take(records, limit),
-            input_field=field_names.get("input_field") or dataset.input_field,
-            target_field=field_names.get("target_field") or dataset.target_field,
-            id_field=field_names.get("id_field") or dataset.id_field,
-            prefix=PREFIX, id_prefix=f"{name}-{split}-")
-    except KeyError as e:
-        raise ValueError(f"{name}: {e.args[0]}; set the field names "
-                         f"(--input_field, --target_field)") from None
+    return examples_from_records(
+        records, name=name, split=split, limit=limit, prefix=PREFIX, field_names=field_names,
+        input_field=dataset.input_field, target_field=dataset.target_field,
+        id_field=dataset.id_field)
 
 
 load_xsum = functools.partial(load, "xsum")

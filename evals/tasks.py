@@ -66,68 +66,48 @@ class Task:
         return self.aggregate(examples, outputs, qualities, **(aggregate_options or {}))
 
 
+def _task(name: str, module, description: str, load: Optional[Callable[..., list]] = None,
+          **extra) -> Task:
+    """A `Task` built from the functions and constants of task `module`.
+
+    `load` defaults to `module.load`; `extra` sets the remaining `Task` fields
+    (`default_split`, `executes_code`).
+    """
+    return Task(
+        name=name,
+        description=description,
+        load=load or module.load,
+        format_prompt=module.format_prompt,
+        postprocess=module.postprocess,
+        score_samples=module.score_samples,
+        aggregate=module.aggregate,
+        metric_names=module.metric_names(),
+        data_sources=module.DATA_SOURCES,
+        field_options=getattr(module, "FIELD_OPTIONS", ()),
+        **extra,
+    )
+
+
 TASKS = {
-    "humaneval": Task(
-        name="humaneval",
-        description="HumanEval: 164 Python problems, pass@k by sandboxed execution",
-        load=humaneval.load,
-        format_prompt=humaneval.format_prompt,
-        postprocess=humaneval.postprocess,
-        score_samples=humaneval.score_samples,
-        aggregate=humaneval.aggregate,
-        metric_names=humaneval.metric_names(),
-        data_sources=humaneval.DATA_SOURCES,
-        executes_code=True,
-    ),
-    "xsum": Task(
-        name="xsum",
-        description="XSum one-sentence news summarization, ROUGE",
-        load=functools.partial(summarization.load, "xsum"),
-        format_prompt=summarization.format_prompt,
-        postprocess=summarization.postprocess,
-        score_samples=summarization.score_samples,
-        aggregate=summarization.aggregate,
-        metric_names=summarization.metric_names(),
-        data_sources=summarization.DATA_SOURCES,
-        field_options=summarization.FIELD_OPTIONS,
-    ),
-    "cnn_dailymail": Task(
-        name="cnn_dailymail",
-        description="CNN/DailyMail (3.x) news summarization, ROUGE",
-        load=functools.partial(summarization.load, "cnn_dailymail"),
-        format_prompt=summarization.format_prompt,
-        postprocess=summarization.postprocess,
-        score_samples=summarization.score_samples,
-        aggregate=summarization.aggregate,
-        metric_names=summarization.metric_names(),
-        data_sources=summarization.DATA_SOURCES,
-        field_options=summarization.FIELD_OPTIONS,
-    ),
-    "wmt_ende": Task(
-        name="wmt_ende",
-        description="WMT English-German translation, sacrebleu BLEU",
-        load=translation.load,
-        format_prompt=translation.format_prompt,
-        postprocess=translation.postprocess,
-        score_samples=translation.score_samples,
-        aggregate=translation.aggregate,
-        metric_names=translation.metric_names(),
-        data_sources=translation.DATA_SOURCES,
-        field_options=translation.FIELD_OPTIONS,
-    ),
-    "docsum": Task(
-        name="docsum",
-        description="Docstring summarization of Python code (offline default), ROUGE",
-        load=docsum.load,
-        format_prompt=docsum.format_prompt,
-        postprocess=docsum.postprocess,
-        score_samples=docsum.score_samples,
-        aggregate=docsum.aggregate,
-        metric_names=docsum.metric_names(),
-        data_sources=docsum.DATA_SOURCES,
-        default_split=docsum.DEFAULT_SPLIT,
-        field_options=docsum.FIELD_OPTIONS,
-    ),
+    "humaneval": _task(
+        "humaneval", humaneval,
+        "HumanEval: 164 Python problems, pass@k by sandboxed execution",
+        executes_code=True),
+    "xsum": _task(
+        "xsum", summarization,
+        "XSum one-sentence news summarization, ROUGE",
+        load=functools.partial(summarization.load, "xsum")),
+    "cnn_dailymail": _task(
+        "cnn_dailymail", summarization,
+        "CNN/DailyMail (3.x) news summarization, ROUGE",
+        load=functools.partial(summarization.load, "cnn_dailymail")),
+    "wmt_ende": _task(
+        "wmt_ende", translation,
+        "WMT English-German translation, sacrebleu BLEU"),
+    "docsum": _task(
+        "docsum", docsum,
+        "Docstring summarization of Python code (offline default), ROUGE",
+        default_split=docsum.DEFAULT_SPLIT),
 }
 
 

@@ -13,7 +13,7 @@ from typing import Mapping, Optional, Sequence
 
 from evals import bleu
 from evals import datasources
-from evals import example as example_lib
+from evals import summarization
 from evals.example import Example
 
 NAME = "wmt_ende"
@@ -65,16 +65,9 @@ def load(split: Optional[str] = "test", data_source: Optional[str] = None,
         raise ValueError(f"unknown data_source {source!r} for {NAME}; "
                          f"choose from {', '.join(DATA_SOURCES)}")
     input_default, target_default = _DEFAULT_FIELDS[source]
-    try:
-        return example_lib.from_records(
-            datasources.take(records, limit),
-            input_field=field_names.get("input_field") or input_default,
-            target_field=field_names.get("target_field") or target_default,
-            id_field=field_names.get("id_field") or "id",
-            prefix=PREFIX, id_prefix=f"{NAME}-{split}-")
-    except KeyError as e:
-        raise ValueError(f"{NAME}: {e.args[0]}; set the field names "
-                         f"(--input_field, --target_field)") from None
+    return summarization.examples_from_records(
+        records, name=NAME, split=split, limit=limit, prefix=PREFIX, field_names=field_names,
+        input_field=input_default, target_field=target_default, id_field="id")
 
 
 def format_prompt(example: Example) -> str:
@@ -82,10 +75,7 @@ def format_prompt(example: Example) -> str:
     return PREFIX + example.source
 
 
-def postprocess(text: str, example: Optional[Example] = None) -> str:
-    """Strips surrounding whitespace."""
-    del example
-    return text.strip()
+postprocess = summarization.postprocess  # Strips surrounding whitespace.
 
 
 def score_samples(examples: Sequence[Example], outputs: Sequence[str]) -> list:

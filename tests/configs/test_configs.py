@@ -14,6 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CONFIG_DIR = os.path.join(ROOT, "configs")
 # Training recipes (tfspec.train), not evals.run configs: they only have to load.
 TRAIN_CONFIGS = ("zoo_tiny_code.py",)
+# Helpers the configs import, not configs themselves.
+HELPER_MODULES = ("common.py",)
 
 
 def _module(path):
@@ -26,7 +28,8 @@ def _module(path):
 
 def _config_files():
     return sorted(p for p in glob.glob(os.path.join(CONFIG_DIR, "*.py"))
-                  if not os.path.basename(p).startswith("_"))
+                  if not os.path.basename(p).startswith("_")
+                  and os.path.basename(p) not in HELPER_MODULES)
 
 
 EVAL_CONFIGS = [p for p in _config_files() if os.path.basename(p) not in TRAIN_CONFIGS]
@@ -90,3 +93,17 @@ def test_every_published_row_has_a_config():
 def test_bad_variant_is_rejected():
     with pytest.raises(run_spec.UsageError, match="get_config failed"):
         run.load_config(os.path.join(CONFIG_DIR, "zoo_k_sweep.py") + ":mmlu-t3")
+
+
+@pytest.mark.parametrize("name", ["leviathan_t5xxl_wmt_ende.py", "leviathan_t5xxl_cnndm.py"])
+@pytest.mark.parametrize("suffix", ["", ":t2"])
+def test_leviathan_config_requires_t0_or_t1(name, suffix):
+    with pytest.raises(run_spec.UsageError, match="t0, t1"):
+        run.load_config(os.path.join(CONFIG_DIR, name) + suffix)
+
+
+def test_common_defaults_and_overrides():
+    common = _module(os.path.join(CONFIG_DIR, "common.py"))
+    config = common.run_config(k=3, top_p=0.9)
+    assert config.to_dict() == {"top_k": 0, "top_p": 0.9, "batch_size": 1, "num_samples": 1,
+                                "baseline": True, "seed": 0, "k": 3}
