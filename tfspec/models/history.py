@@ -14,7 +14,7 @@ plain concatenation prompt ++ generated. Example, S = 4, prompts [5, 6] and [7, 
 The zero padding doubles as the n-gram convention "context before the start is id 0".
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -71,3 +71,36 @@ def write_window(history: History, ids: tf.Tensor, positions: tf.Tensor,
     indices = tf.stack([rows, columns], axis=-1)
     token_ids = tf.tensor_scatter_nd_update(history.token_ids, indices, values)
     return history._replace(token_ids=token_ids), columns
+
+
+class HistoryModel:
+    """Base of the models whose cache is a `History` (NGram, PromptLookup).
+
+    Implements the protocol's properties and `prepare`; subclasses implement `decode`, which
+    receives the static prompt width S as its context.
+    """
+
+    def __init__(self, vocab_size: Optional[int], eos_id: Optional[int], pad_id: int):
+        self._vocab_size = vocab_size
+        self._eos_id = eos_id
+        self._pad_id = pad_id
+
+    @property
+    def vocab_size(self) -> Optional[int]:
+        return self._vocab_size
+
+    @property
+    def eos_id(self) -> Optional[int]:
+        return self._eos_id
+
+    @property
+    def pad_id(self) -> int:
+        return self._pad_id
+
+    @property
+    def max_prompt_length(self) -> Optional[int]:
+        return None
+
+    def prepare(self, prompt_ids, prompt_lengths, max_length: int):
+        """Returns (context = static prompt width S, cache = History)."""
+        return (int(prompt_ids.shape[1]), init_history(prompt_ids, prompt_lengths, max_length))

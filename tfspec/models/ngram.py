@@ -8,7 +8,7 @@ import tensorflow as tf
 from tfspec.models import history as history_lib
 
 
-class NGram:
+class NGram(history_lib.HistoryModel):
     """Next-token log-probabilities looked up from the previous n - 1 tokens.
 
     Args:
@@ -25,11 +25,10 @@ class NGram:
             raise ValueError(
                 f"NGram log_probs must have shape [V] * n, got {list(table.shape)}")
         self.order = table.ndim
-        self._vocab_size = int(table.shape[-1])
-        if eos_id is not None and not 0 <= eos_id < self._vocab_size:
-            raise ValueError(f"eos_id {eos_id} is outside the vocabulary [0, {self._vocab_size})")
-        self._eos_id = eos_id
-        self._pad_id = pad_id
+        vocab_size = int(table.shape[-1])
+        if eos_id is not None and not 0 <= eos_id < vocab_size:
+            raise ValueError(f"eos_id {eos_id} is outside the vocabulary [0, {vocab_size})")
+        super().__init__(vocab_size, eos_id, pad_id)
         self.log_probs = table
         # Flattened to [V ** (n - 1), V] so a context is one row index.
         self._table = tf.constant(table.reshape(-1, self._vocab_size))
@@ -58,27 +57,6 @@ class NGram:
         with np.errstate(divide="ignore", invalid="ignore"):
             log_probs = np.where(totals > 0, np.log(counts) - np.log(totals), -np.log(vocab_size))
         return cls(log_probs, eos_id=eos_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
-    @property
-    def eos_id(self) -> Optional[int]:
-        return self._eos_id
-
-    @property
-    def pad_id(self) -> int:
-        return self._pad_id
-
-    @property
-    def max_prompt_length(self) -> Optional[int]:
-        return None
-
-    def prepare(self, prompt_ids, prompt_lengths, max_length: int):
-        """Returns (context = static prompt width S, cache = History); see `history`."""
-        return (int(prompt_ids.shape[1]),
-                history_lib.init_history(prompt_ids, prompt_lengths, max_length))
 
     def decode(self, context, cache, ids, positions):
         """Writes the window, then looks up each entry's next-token row of the table.

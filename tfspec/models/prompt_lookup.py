@@ -11,7 +11,7 @@ import tensorflow as tf
 from tfspec.models import history as history_lib
 
 
-class PromptLookup:
+class PromptLookup(history_lib.HistoryModel):
     """A draft that proposes the token that followed the latest earlier occurrence of the
     current n-gram suffix (longest n first, n = max_ngram .. 1) in prompt ++ output.
 
@@ -27,36 +27,18 @@ class PromptLookup:
     def __init__(self, max_ngram: int = 3, vocab_size: Optional[int] = None, pad_id: int = 0):
         if max_ngram < 1:
             raise ValueError(f"max_ngram must be >= 1, got {max_ngram}")
+        super().__init__(vocab_size, None, pad_id)
         self.max_ngram = max_ngram
-        self._vocab_size = vocab_size
-        self._pad_id = pad_id
 
     def with_vocab_size(self, vocab_size: int) -> "PromptLookup":
         return PromptLookup(self.max_ngram, vocab_size, self._pad_id)
-
-    @property
-    def vocab_size(self) -> Optional[int]:
-        return self._vocab_size
-
-    @property
-    def eos_id(self) -> Optional[int]:
-        return None
-
-    @property
-    def pad_id(self) -> int:
-        return self._pad_id
-
-    @property
-    def max_prompt_length(self) -> Optional[int]:
-        return None
 
     def prepare(self, prompt_ids, prompt_lengths, max_length: int):
         """Returns (context = static prompt width S, cache = History)."""
         if self._vocab_size is None:
             raise ValueError("PromptLookup needs a vocab_size; pass it or let generate() "
                              "adopt the target's")
-        return (int(prompt_ids.shape[1]),
-                history_lib.init_history(prompt_ids, prompt_lengths, max_length))
+        return super().prepare(prompt_ids, prompt_lengths, max_length)
 
     def decode(self, context, cache, ids, positions):
         """One-hot next-token logits for each window entry.
