@@ -15,6 +15,7 @@ INSTALL_REQUIRES = [
     "sacrebleu>=2.4",
     "safetensors>=0.4",
     "sentencepiece>=0.2",
+    "huggingface-hub>=0.20",  # hf:// specs of tfspec.load_model (imported lazily).
     "numpy>=1.26",
     "scipy>=1.11",
     "tqdm>=4.66",
