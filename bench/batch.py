@@ -56,8 +56,8 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], k: int,
     sampling = tfspec.Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
     records = []
     for batch_size in batch_sizes:
-        prompts = bench_models.batch_of(list(prompt_pool), batch_size)
-        (record,) = speedup_lib.measure(target, draft, prompts, [k], sampling, max_new_tokens,
+        batches = bench_models.batches_of(list(prompt_pool), batch_size)
+        (record,) = speedup_lib.measure(target, draft, batches, [k], sampling, max_new_tokens,
                                         repeats, seed, jit_compile=jit_compile)
         rows = np.asarray(record["per_row_acceptance"], dtype=np.float64)
         finite = rows[np.isfinite(rows)]

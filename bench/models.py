@@ -112,6 +112,9 @@ def prompts(target_spec: str, target, num_prompts: int, prompt_length: int = 16,
     return out
 
 
-def batch_of(pool: List[List[int]], batch_size: int) -> List[List[int]]:
-    """The first `batch_size` prompts of `pool`, cycling when the pool is smaller."""
-    return [pool[i % len(pool)] for i in range(batch_size)]
+def batches_of(pool: List[List[int]], batch_size: int) -> List[List[List[int]]]:
+    """Consecutive batches of `batch_size` prompts covering `pool` once (the last one, and a
+    batch larger than the pool, filled by cycling), so every batch size sees every prompt."""
+    count = max(1, -(-len(pool) // batch_size))
+    return [[pool[(b * batch_size + i) % len(pool)] for i in range(batch_size)]
+            for b in range(count)]

@@ -60,7 +60,8 @@ def add_pair_args(parser: argparse.ArgumentParser) -> None:
                         help="draft SPEC (see bench/models.py)")
     parser.add_argument("--dtype", default=None, help="float32 or bfloat16")
     parser.add_argument("--num_prompts", type=int, default=8,
-                        help="prompt pool; a batch takes the first batch_size (cycled)")
+                        help="prompt pool; every batch size decodes all of it, in "
+                             "consecutive batches (the last one filled by cycling)")
     parser.add_argument("--prompt_length", type=int, default=16,
                         help="length of random prompts (random targets only)")
     parser.add_argument("--max_new_tokens", type=int, default=64)
@@ -89,13 +90,13 @@ def jit_compile(args) -> Optional[bool]:
     return None if getattr(args, "eager", False) else True
 
 
-def _real_tokens(gen) -> int:
-    return int(np.sum(gen.lengths))
+def _real_tokens(gens) -> int:
+    return int(sum(np.sum(gen.lengths) for gen in gens))
 
 
-def _loop_steps(gen) -> int:
-    # The loop runs until its slowest row finishes: one iteration per round of that row.
-    return max(1, int(np.max(gen.stats.rounds)))
+def _loop_steps(gens) -> int:
+    # Each loop runs until its slowest row finishes: one iteration per round of that row.
+    return max(1, sum(int(np.max(gen.stats.rounds)) for gen in gens))
 
 
 def _alpha(beta: float, acceptance: float) -> float:
@@ -112,23 +113,27 @@ def per_row_acceptance(stats) -> List[float]:
     return [float(r) for r in rates]
 
 
-def measure(target, draft, prompts: Sequence[Sequence[int]], ks: Sequence[int],
+def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Sequence[int],
             sampling: tfspec.Sampling, max_new_tokens: int, repeats: int, seed: int = 0,
             eos_id="target", jit_compile: Optional[bool] = True) -> List[dict]:
-    """Times target AR, draft AR and speculative decoding at every k on one batch.
+    """Times target AR, draft AR and speculative decoding at every k over `batches`.
+
+    Each timed call decodes every batch of `batches` (one `generate` call per batch, all of
+    one size), so a batch-1 measurement covers the whole prompt pool, not one prompt.
 
     Returns:
       One record per k (see the module docstring for the keys), plus `k, batch_size,
       temperature, top_k, top_p, tokens_ar, tokens_spec, rounds, mean_tokens_per_round,
       draft_ms_per_step, target_ms_per_step, per_row_acceptance`.
     """
-    prompts = [list(p) for p in prompts]
+    batches = [[list(p) for p in prompts] for prompts in batches]
     eos_kwargs = {} if eos_id == "target" else {"eos_id": eos_id}
     eos_kwargs["jit_compile"] = jit_compile  # Tests pass None (eager): no compile time.
 
     def call(model, k, d=None):
-        return lambda: tfspec.generate(model, prompts, draft=d, k=k, sampling=sampling,
-                                       max_new_tokens=max_new_tokens, seed=seed, **eos_kwargs)
+        return lambda: [tfspec.generate(model, prompts, draft=d, k=k, sampling=sampling,
+                                        max_new_tokens=max_new_tokens, seed=seed, **eos_kwargs)
+                        for prompts in batches]
 
     fns = [call(target, 0), call(draft, 0)] + [call(target, k, draft) for k in ks]
     times, gens = timing.interleaved_runs(fns, repeats)
@@ -139,20 +144,21 @@ def measure(target, draft, prompts: Sequence[Sequence[int]], ks: Sequence[int],
     draft_step = draft_time / _loop_steps(draft_gen)
     c = walltime.draft_cost_ratio(draft_step, target_step)
     records = []
-    for k, spec_time, gen in zip(ks, times[2:], gens[2:]):
-        stats = gen.stats
-        spec_ms = 1e3 * spec_time / max(1, _real_tokens(gen))
+    for k, spec_time, spec_gens in zip(ks, times[2:], gens[2:]):
+        stats = tfspec.DecodeStats.concatenate([gen.stats for gen in spec_gens])
+        spec_ms = 1e3 * spec_time / max(1, _real_tokens(spec_gens))
         a = _alpha(stats.beta_mean, stats.acceptance_rate)
         predicted = walltime.predicted_speedup(a, k, c) if math.isfinite(a) else float("nan")
         speedup = ar_ms / spec_ms
         records.append({
-            "k": int(k), "batch_size": len(prompts), "temperature": sampling.temperature,
+            "k": int(k), "batch_size": len(batches[0]), "num_batches": len(batches),
+            "temperature": sampling.temperature,
             "top_k": sampling.top_k, "top_p": sampling.top_p,
             "ar_ms_per_token": ar_ms, "spec_ms_per_token": spec_ms, "speedup": speedup,
             "acceptance_rate": stats.acceptance_rate, "beta_mean": stats.beta_mean,
             "draft_cost_ratio": c, "predicted_speedup": predicted,
             "speedup_over_predicted": speedup / predicted,
-            "tokens_ar": _real_tokens(ar_gen), "tokens_spec": _real_tokens(gen),
+            "tokens_ar": _real_tokens(ar_gen), "tokens_spec": _real_tokens(spec_gens),
             "rounds": int(np.sum(stats.rounds)),
             "mean_tokens_per_round": stats.mean_tokens_per_round,
             "target_ms_per_step": 1e3 * target_step, "draft_ms_per_step": 1e3 * draft_step,
@@ -169,10 +175,10 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
     """Records for every (k, batch_size, temperature); see the module docstring."""
     records = []
     for batch_size in batch_sizes:
-        prompts = bench_models.batch_of(list(prompt_pool), batch_size)
+        batches = bench_models.batches_of(list(prompt_pool), batch_size)
         for temperature in temperatures:
             sampling = tfspec.Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
-            records += measure(target, draft, prompts, ks, sampling, max_new_tokens, repeats,
+            records += measure(target, draft, batches, ks, sampling, max_new_tokens, repeats,
                                seed, jit_compile=jit_compile)
     return {"target": target_spec, "draft": draft_spec, "max_new_tokens": max_new_tokens,
             "repeats": repeats, "seed": seed,

@@ -17,7 +17,9 @@ def test_one_record_per_batch_size_with_per_row_acceptance():
     for record in result["records"]:
         for key in CONTRACT_KEYS:
             assert math.isfinite(record[key]), key
-        assert len(record["per_row_acceptance"]) == record["batch_size"]
+        # Every batch size decodes the whole pool of 3: 3 batches of 1, one batch of 3.
+        assert len(record["per_row_acceptance"]) == 3
+        assert record["num_batches"] * record["batch_size"] == 3
         assert 0.0 <= record["row_acceptance_min"] <= record["row_acceptance_median"] \
             <= record["row_acceptance_max"] <= 1.0
         assert record["pays"] == (record["speedup"] > 1.0)

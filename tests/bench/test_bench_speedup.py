@@ -47,7 +47,9 @@ def test_random_prompts_and_batches():
     pool = bench_models.prompts(TINY, target, num_prompts=3, prompt_length=5)
     assert len(pool) == 3 and all(len(p) == 5 for p in pool)
     assert all(3 <= t < 64 for p in pool for t in p)
-    assert bench_models.batch_of(pool, 5) == [pool[0], pool[1], pool[2], pool[0], pool[1]]
+    assert bench_models.batches_of(pool, 5) == [[pool[0], pool[1], pool[2], pool[0], pool[1]]]
+    assert bench_models.batches_of(pool, 2) == [[pool[0], pool[1]], [pool[2], pool[0]]]
+    assert bench_models.batches_of(pool, 1) == [[p] for p in pool]
     draft = bench_models.load("ngram:unigram", vocab_size=target.vocab_size)
     assert draft.vocab_size == target.vocab_size
 
@@ -76,7 +78,7 @@ def test_main_writes_one_record_per_k_batch_temperature(tmp_path, capsys):
     (record,) = result["records"]
     _check_contract(record)
     assert (record["k"], record["batch_size"], record["temperature"]) == (1, 2, 1.0)
-    assert len(record["per_row_acceptance"]) == 2
+    assert len(record["per_row_acceptance"]) == 2 and record["num_batches"] == 1
     assert result["target"] == TINY and result["draft"] == TINY_DRAFT
 
 

@@ -228,3 +228,26 @@ def test_config_file_values_and_explicit_flags_win(tmp_path):
         run.load_config(str(bad))
     with pytest.raises(run.run_spec.UsageError, match="does not exist"):
         run.load_config(str(tmp_path / "missing.py"))
+
+
+def test_main_command_on_the_embedded_default(tmp_path):
+    """README's main command (`--task humaneval --k 4`, no model flags), on 3 problems."""
+    out = tmp_path / "run"
+    result = _run(["--task", "humaneval", "--k", "4", "--limit", "3", "--max_new_tokens", "48",
+                   "--output_dir", str(out)], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["target"] == "zoo:tiny-code-target"
+    runs = summary["runs"]
+    assert set(runs) == {"autoregressive", "speculative"}
+    for run in runs.values():
+        assert set(run["quality"]) == {"pass@1"}
+    # Greedy: the speculative run must produce the baseline's completions, so equal quality.
+    assert runs["speculative"]["quality"] == runs["autoregressive"]["quality"]
+    assert runs["speculative"]["acceptance"]["acceptance_rate"] > 0.3
+    assert summary["speedup"] > 0
+    rows = tiny_models.read_lines(str(out / "examples.jsonl"))
+    by_mode = {}
+    for row in rows:
+        by_mode.setdefault(row["mode"], {})[row["id"]] = row["output"]
+    assert by_mode["speculative"] == by_mode["autoregressive"] and len(rows) == 6
