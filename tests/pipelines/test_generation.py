@@ -163,3 +163,30 @@ def test_load_models_errors(pair, tmp_path):
     with pytest.raises(ValueError, match=r"share the vocabulary.*vocab_size 320.*vocab_size 328"):
         generation.load_models(generation.ModelSpec(target=other["target"],
                                                     draft=other["draft"]))
+
+
+def test_embedded_pair_through_run_inference_greedy_modes_agree(make_items):
+    """The handler on the shipped pair (the default of evals.run) in a TestPipeline: greedy
+    speculative output equals the autoregressive baseline, and drafts are accepted."""
+    spec = generation.ModelSpec(target="zoo:tiny-code-target", draft="zoo:tiny-code-draft")
+    items = make_items(2)
+    with test_pipeline.TestPipeline() as p:
+        out = (p | beam.Create(items)
+               | inference_base.RunInference(generation.TfspecModelHandler(spec),
+                                             inference_args=_args())
+               | beam.Map(lambda r: r.inference)
+               | beam.combiners.ToList()
+               | beam.Map(_check_embedded_records, [i.id for i in items]))
+        beam_util.assert_that(out, beam_util.equal_to([True]))
+
+
+def _check_embedded_records(rows, ids):
+    by_key = {(r["id"], r["mode"]): r for r in rows}
+    assert sorted(by_key) == sorted((i, m) for i in ids for m, _ in MODES)
+    for i in ids:
+        ar, spec = by_key[(i, "autoregressive")], by_key[(i, "speculative")]
+        assert spec["raw_output"] == ar["raw_output"] and ar["num_tokens"] > 0
+    drafted = sum(by_key[(i, "speculative")]["drafted"] for i in ids)
+    accepted = sum(by_key[(i, "speculative")]["accepted"] for i in ids)
+    assert drafted > 0 and accepted / drafted > 0.3
+    return True

@@ -39,6 +39,11 @@ TRICKY = [
 ]
 
 
+def _same_file_bytes(a, b):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
 @pytest.fixture(scope="module")
 def shipped():
     return load_tokenizer("zoo:tiny-code-target")
@@ -50,7 +55,9 @@ def corpus():
 
 
 def test_shipped_tokenizer_special_ids_and_size(shipped):
-    assert shipped.path == tokenizer_lib.TINY_CODE_TOKENIZER
+    # Each shipped model directory carries its own copy of the shared tokenizer asset.
+    assert shipped.path.endswith(os.path.join("tiny-code-target", "spiece.model"))
+    assert _same_file_bytes(shipped.path, tokenizer_lib.TINY_CODE_TOKENIZER)
     assert (shipped.pad_id, shipped.eos_id, shipped.unk_id) == (0, 1, 2)
     assert shipped.vocab_size == len(shipped) == 8192
     assert shipped.id_to_piece(0) == "<pad>" and shipped.id_to_piece(1) == "</s>"
@@ -147,7 +154,7 @@ def test_load_tokenizer_specs(shipped, tmp_path):
     assert load_tokenizer(path).vocab_size == 8192
     assert load_tokenizer(os.path.dirname(path)).path == path
     assert load_tokenizer(shipped) is shipped
-    assert load_tokenizer("zoo:tiny-code-draft").path == path
+    assert _same_file_bytes(load_tokenizer("zoo:tiny-code-draft").path, path)
     assert load_tokenizer("zoo:tiny-code").path == path
     # A checkpoint directory in the common T5 layout.
     ckpt = tmp_path / "ckpt"
