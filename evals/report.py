@@ -289,16 +289,21 @@ def agreement(base, spec) -> str:
 # -------------------------------------------------------------------------------- tables
 
 
+def _speculative_entries(runs: Sequence[Run]):
+    """(run, its summary's "speculative" entry) for the runs that have one."""
+    for run in runs:
+        entry = run.run_entry("speculative")
+        if entry:
+            yield run, entry
+
+
 def leviathan_table(runs: Sequence[Run]) -> str:
     """Markdown table in the layout of Leviathan et al. Table 2, published rows beside."""
     header = ("source", "task", "target", "draft", "temperature", "k", "alpha",
               "acceptance rate", "c", "speed-up (measured)", "speed-up (formula)",
               "measured / formula")
     rows = []
-    for run in runs:
-        entry = run.run_entry("speculative")
-        if not entry:
-            continue
+    for run, entry in _speculative_entries(runs):
         alpha, c = alpha_and_c(entry)
         measured = _num(run.summary.get("speedup"))
         predicted = _num(entry.get("predicted_speedup"))
@@ -371,10 +376,7 @@ def recommendation_table(runs: Sequence[Run]) -> str:
     header = ("run", "alpha", "c", "k of the run", "formula speed-up at run k",
               "recommended k (optimal_k)", "formula speed-up at recommended k")
     rows = []
-    for run in runs:
-        entry = run.run_entry("speculative")
-        if not entry:
-            continue
+    for run, entry in _speculative_entries(runs):
         alpha, c = alpha_and_c(entry)
         k = int(run.summary.get("k") or 0)
         best = recommended_k(alpha, c)
@@ -389,9 +391,8 @@ def recommendation_table(runs: Sequence[Run]) -> str:
 
 def per_position_table(runs: Sequence[Run]) -> str:
     """Per-position acceptance of each run's speculative entry, with alpha**i beside."""
-    entries = [(run, run.run_entry("speculative")) for run in runs]
-    entries = [(r, e) for r, e in entries if e and (e.get("acceptance") or {}).get(
-        "per_position")]
+    entries = [(r, e) for r, e in _speculative_entries(runs)
+               if (e.get("acceptance") or {}).get("per_position")]
     if not entries:
         return "_No per-position acceptance recorded._"
     width = max(len(e["acceptance"]["per_position"]) for _, e in entries)
