@@ -17,6 +17,12 @@ For each batch size (interleaved as in bench.speedup: target AR, draft AR, specu
         --json runs/bench/batch.json
     python -m bench.batch --target random:t5-small --draft random:t5-small:num_layers=1 \\
         --k 2 --batch_sizes 1,4 --max_new_tokens 16 --repeats 1
+    python -m bench.batch --prompts my_prompts.jsonl --k 4 --batch_sizes 1,4,16
+
+--prompts FILE decodes your prompts instead of the built-in pool (JSONL of {"prompt": text}
+lines, tokenized with the target's tokenizer; --num_prompts N takes its first N), as in
+bench.speedup. The built-in pool has max(--num_prompts, largest batch size) prompts; a file
+pool smaller than a batch is cycled to fill it.
 
 JSON: {"records": [...]}, one per batch size, with the full `per_row_acceptance` list.
 """
@@ -80,12 +86,12 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], k: int,
 def main(argv=None):
     args = _parse_args(argv)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b]
-    target, draft = bench_models.load_pair(args.target, args.draft, args.dtype)
-    pool = bench_models.prompts(args.target, target, max(args.num_prompts, max(batch_sizes)),
-                                args.prompt_length, args.seed)
+    with bench_models.exit_on_prompts_error():
+        target, draft, pool = speedup_lib.load_pair_and_prompts(args, max(batch_sizes))
     result = run(target, draft, pool, args.k, batch_sizes, args.temperature, args.top_k,
                  args.top_p, args.max_new_tokens, args.repeats, args.seed, args.target,
                  args.draft, speedup_lib.jit_compile(args))
+    result["prompts"] = args.prompts  # None: the built-in pool.
     timing.print_table(result["records"], COLUMNS)
     print(f"largest batch size where speculation pays: {result['largest_paying_batch_size']}")
     timing.write_json(args.json, result)

@@ -12,9 +12,19 @@ A SPEC is anything `tfspec.load_model` takes (a checkpoint directory, "zoo:NAME"
 
 Random models get random-token prompts; checkpoints get held-out code prompts (the validation
 split of `tfspec.data.code_corpus`) tokenized with the checkpoint's tokenizer.
+
+--prompts FILE replaces the built-in pool with your own prompts: a JSONL file, one
+{"prompt": "text"} object per line (other keys ignored, blank lines skipped), tokenized with
+the target's tokenizer and cut to the model's `max_prompt_length` (keeping the end), as the
+built-in pool is (`prompts_from_file`). Bad input raises `PromptsError`, a one-line message
+naming the file and line; the benchmarks' `main`s turn it into exit status 2
+(`exit_on_prompts_error`).
 """
 
-from typing import List, Optional
+import contextlib
+import json
+import sys
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -89,22 +99,134 @@ def load_pair(target_spec: str, draft_spec: str, dtype: Optional[str] = None):
     return target, draft
 
 
-def prompts(target_spec: str, target, num_prompts: int, prompt_length: int = 16,
-            seed: int = 0) -> List[List[int]]:
+DEFAULT_NUM_PROMPTS = 8
+PROMPTS_FORMAT = 'one JSON object per line, e.g. {"prompt": "def add(a, b):"}'
+
+
+class PromptsError(ValueError):
+    """Bad --prompts input (or no tokenizer for it); the message is one line."""
+
+
+@contextlib.contextmanager
+def exit_on_prompts_error():
+    """Turns a `PromptsError` raised inside into "error: MESSAGE" on stderr and exit status 2
+    (argparse's status for bad arguments), without a traceback."""
+    try:
+        yield
+    except PromptsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def read_prompts_file(path: str, num_prompts: Optional[int] = None) -> List[Tuple[int, str]]:
+    """(line number, prompt text) of the first `num_prompts` prompts of a JSONL file (all of
+    them if None; later lines are not read).
+
+    Raises:
+      PromptsError: the file is missing or unreadable, has no prompts, or a line (up to the
+        last one read) is not a JSON object with a string "prompt".
+    """
+    if num_prompts is not None and num_prompts < 1:
+        raise PromptsError(f"--num_prompts must be at least 1, got {num_prompts}")
+    out = []
+    try:
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                if num_prompts is not None and len(out) >= num_prompts:
+                    break
+                where = f"--prompts {path} line {number}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise PromptsError(f"{where} is not UTF-8 text; save the file as UTF-8 "
+                                       f"with {PROMPTS_FORMAT}") from None
+                if not line.strip():
+                    continue  # Blank lines (a trailing newline, spacing) are not prompts.
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise PromptsError(f"{where} is not JSON ({e.msg}); write "
+                                       f"{PROMPTS_FORMAT}") from None
+                text = value.get("prompt") if isinstance(value, dict) else None
+                if not isinstance(text, str):
+                    raise PromptsError(f"{where} has no string \"prompt\" field; write "
+                                       f"{PROMPTS_FORMAT}")
+                out.append((number, text))
+    except FileNotFoundError:
+        raise PromptsError(f"--prompts {path}: no such file; pass a JSONL file with "
+                           f"{PROMPTS_FORMAT}") from None
+    except OSError as e:
+        raise PromptsError(f"--prompts {path}: cannot read it "
+                           f"({e.strerror or type(e).__name__}); pass a JSONL file with "
+                           f"{PROMPTS_FORMAT}") from None
+    if not out:
+        raise PromptsError(f"--prompts {path} has no prompts; write {PROMPTS_FORMAT}")
+    return out
+
+
+def prompts_from_file(path: str, tokenizer, limit: Optional[int] = None,
+                      num_prompts: Optional[int] = None) -> List[List[int]]:
+    """Token-id lists of the first `num_prompts` prompts of the JSONL file `path` (all if
+    None), encoded with `tokenizer` (no EOS, as the built-in pool) and cut to their last
+    `limit` tokens if `limit` is set.
+
+    Raises:
+      PromptsError: see `read_prompts_file`; also a prompt that encodes to no tokens.
+    """
+    out = []
+    for number, text in read_prompts_file(path, num_prompts):
+        ids = list(tokenizer.encode(text))
+        if not ids:
+            raise PromptsError(f"--prompts {path} line {number}: the prompt encodes to no "
+                               f"tokens; give it some text or delete the line")
+        out.append(ids[-limit:] if limit else ids)  # Keep the end: the text to continue.
+    return out
+
+
+def target_tokenizer(target_spec: str, target):
+    """The tokenizer of `target` (its `tokenizer_path`, else the spec's)."""
+    return tfspec.load_tokenizer(getattr(target, "tokenizer_path", None) or target_spec)
+
+
+def prompts(target_spec: str, target, num_prompts: Optional[int] = DEFAULT_NUM_PROMPTS,
+            prompt_length: int = 16, seed: int = 0,
+            prompts_file: Optional[str] = None) -> List[List[int]]:
     """`num_prompts` prompts (token-id lists) for `target`.
 
     Random targets: random ids in [3, vocab) of length `prompt_length` (ids 0-2 are pad, EOS,
     UNK). Checkpoints: the first `num_prompts` held-out code-completion prompts, tokenized
     with the checkpoint's tokenizer and cut to the model's `max_prompt_length` if it has one.
+    With `prompts_file` (any target with a tokenizer): the first `num_prompts` prompts of
+    that JSONL file (all of them if None), tokenized and cut the same way
+    (`prompts_from_file`).
+
+    Raises:
+      PromptsError: bad `prompts_file`, or a target without a tokenizer to encode it.
     """
+    limit = getattr(target, "max_prompt_length", None)
+    if prompts_file:
+        read_prompts_file(prompts_file, 1)  # A missing/bad file fails before the tokenizer.
+        try:
+            tokenizer = target_tokenizer(target_spec, target)
+        except (OSError, ValueError, TypeError) as e:
+            reason = " ".join(str(e).split()) or type(e).__name__
+            raise PromptsError(f"--prompts needs the target's tokenizer, and --target "
+                               f"{target_spec} has none ({reason}); use a checkpoint target "
+                               f"with its spiece.model") from None
+        try:
+            tfspec.tokenizer.check_vocab(tokenizer, target.vocab_size)
+        except ValueError as e:
+            raise PromptsError(f"--prompts: {' '.join(str(e).split())}") from None
+        return prompts_from_file(prompts_file, tokenizer, limit, num_prompts)
+    if num_prompts is None:
+        num_prompts = DEFAULT_NUM_PROMPTS
     if is_random(target_spec):
         rng = np.random.RandomState(seed)
         return [rng.randint(3, target.vocab_size, size=prompt_length).tolist()
                 for _ in range(num_prompts)]
     from tfspec.data import code_corpus  # Deferred: mining the corpus is only needed here.
-    tokenizer = tfspec.load_tokenizer(getattr(target, "tokenizer_path", None) or target_spec)
+    tokenizer = target_tokenizer(target_spec, target)
     items = code_corpus.build_corpus().completion("validation")[:num_prompts]
-    limit = getattr(target, "max_prompt_length", None)
     out = []
     for item in items:
         ids = list(tokenizer.encode(item["prompt"]))

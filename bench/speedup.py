@@ -21,6 +21,12 @@ loop at every k, in turn, so noise on a shared machine hits all alike):
     python -m bench.speedup --k 1,2,4 --batch_size 1 --temperature 0 --json runs/bench/speedup.json
     python -m bench.speedup --target random:t5-small --draft random:t5-small:num_layers=1 \\
         --k 1,2 --max_new_tokens 16 --repeats 1
+    python -m bench.speedup --prompts my_prompts.jsonl --num_prompts 16 --k 2,4
+
+--prompts FILE decodes your prompts instead of the built-in held-out pool: JSONL, one
+{"prompt": "text"} per line, tokenized with the target's tokenizer and cut to its
+max_prompt_length (keeping the end); --num_prompts N then takes the file's first N (default:
+all). Bad input stops with a one-line error naming the file and line (exit status 2).
 
 JSON: {"records": [...]} with one record per (k, batch_size, temperature), plus the settings.
 The formula assumes i.i.d. acceptance and a draft as costly per step as measured; random
@@ -52,6 +58,34 @@ def _ints(text: str) -> List[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def load_pair_and_prompts(args, min_prompts: int = 0):
+    """(target, draft, prompt pool) of the flags of `add_pair_args`.
+
+    The pool is the --prompts file (its first --num_prompts if given), else the built-in pool
+    of max(--num_prompts, `min_prompts`) prompts. A bad --prompts file fails before the models
+    are loaded.
+
+    Raises:
+      bench_models.PromptsError: bad --prompts input (see `bench_models.read_prompts_file`).
+    """
+    if args.prompts:
+        bench_models.read_prompts_file(args.prompts, args.num_prompts)
+        num_prompts = args.num_prompts
+    else:
+        num_prompts = max(args.num_prompts or bench_models.DEFAULT_NUM_PROMPTS, min_prompts)
+    target, draft = bench_models.load_pair(args.target, args.draft, args.dtype)
+    pool = bench_models.prompts(args.target, target, num_prompts, args.prompt_length,
+                                args.seed, prompts_file=args.prompts)
+    return target, draft, pool
+
+
 def add_pair_args(parser: argparse.ArgumentParser) -> None:
     """The --target/--draft/--dtype/prompt flags every pair benchmark takes."""
     parser.add_argument("--target", default=bench_models.DEFAULT_TARGET,
@@ -59,11 +93,17 @@ def add_pair_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", default=bench_models.DEFAULT_DRAFT,
                         help="draft SPEC (see bench/models.py)")
     parser.add_argument("--dtype", default=None, help="float32 or bfloat16")
-    parser.add_argument("--num_prompts", type=int, default=8,
+    parser.add_argument("--prompts", default=None, metavar="FILE",
+                        help='JSONL file of {"prompt": text} lines to decode instead of the '
+                             "built-in held-out pool, tokenized with the target's tokenizer "
+                             "and cut to its max_prompt_length (keeping the end)")
+    parser.add_argument("--num_prompts", type=_positive_int, default=None,
                         help="prompt pool; every batch size decodes all of it, in "
-                             "consecutive batches (the last one filled by cycling)")
+                             f"consecutive batches (the last one filled by cycling). Default "
+                             f"{bench_models.DEFAULT_NUM_PROMPTS} built-in prompts; with "
+                             "--prompts, the first N prompts of the file (default: all)")
     parser.add_argument("--prompt_length", type=int, default=16,
-                        help="length of random prompts (random targets only)")
+                        help="length of random prompts (random targets without --prompts)")
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed, interleaved repeats after one warm-up")
@@ -187,12 +227,12 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
 
 def main(argv=None):
     args = _parse_args(argv)
-    target, draft = bench_models.load_pair(args.target, args.draft, args.dtype)
-    pool = bench_models.prompts(args.target, target, args.num_prompts, args.prompt_length,
-                                args.seed)
+    with bench_models.exit_on_prompts_error():
+        target, draft, pool = load_pair_and_prompts(args)
     result = run(target, draft, pool, _ints(args.k), _ints(args.batch_size),
                  _floats(args.temperature), args.top_k, args.top_p, args.max_new_tokens,
                  args.repeats, args.seed, args.target, args.draft, jit_compile(args))
+    result["prompts"] = args.prompts  # None: the built-in pool.
     timing.print_table(result["records"], COLUMNS)
     timing.write_json(args.json, result)
 

@@ -29,6 +29,14 @@ Timing (what `time_s` means):
   first for one example and speculative first for the next), so slow periods of a shared
   machine hit the baseline and the speculative runs alike.
 * Calls are serialised per process (a lock), so threads of one worker never time each other.
+* A generate call always has the handler's batch size of rows: a batch with fewer rows for a
+  mode (the ragged last batch of a bundle, items that ask for fewer modes, calibration items
+  in the batch) is padded with copies of its last row (same prompt, same row key, so the
+  copies decode exactly what that row decodes and add no loop rounds), so no new batch shape
+  is compiled in the middle of a timed run. Padded
+  rows' outputs are dropped: they make no record and count in no statistic, and
+  `batch_size` is the number of real rows. The real rows' `time_s` is then that of the
+  padded call, as a server batching to a fixed size would see it.
 
 Determinism: a row's tokens depend only on (seed, prompt, row key) (`tfspec.generate`), and
 the row key is `evals.records.row_key(id, sample)`, so every field except `time_s` is the same
@@ -180,9 +188,13 @@ _REQUIRED_ARGS = ("modes", "sampling", "seed", "max_new_tokens")
 class Generator:
     """The per-worker model: turns work items into records (see the module docstring)."""
 
-    def __init__(self, spec: ModelSpec, models: Optional[LoadedModels] = None):
+    def __init__(self, spec: ModelSpec, models: Optional[LoadedModels] = None,
+                 batch_size: Optional[int] = None):
+        """`batch_size`: pad every generate call to at least this many rows (see "Timing");
+        None: no padding (each call has exactly its real rows)."""
         self.spec = spec
         self.models = models if models is not None else load_models(spec)
+        self.batch_size = batch_size
         self._lock = threading.Lock()
         self._warm = set()
         self._calls = 0
@@ -235,13 +247,23 @@ class Generator:
     def _generate(self, rows, mode, k, args) -> List[dict]:
         prompts = [self._encode(item.example.prompt) for item in rows]
         keys = [item.row_key for item in rows]
+        # Pad a short batch to the compiled batch size (see "Timing") with copies of the last
+        # row: same prompt (the prompt bucket stays the same) and same row key, so a copy
+        # decodes token for token what that row decodes and the loop runs no extra rounds
+        # for it. A real row's tokens depend only on (seed, prompt, row key), so padding
+        # leaves them unchanged; its time_s is the padded call's, as a server padding to its
+        # fixed batch would measure it. Only the first len(rows) rows of the result are read
+        # below: padded rows make no record.
+        padding = max(0, (self.batch_size or 0) - len(rows))
+        prompts += [prompts[-1]] * padding
+        keys += [keys[-1]] * padding
         width = generation.prompt_bucket(max(len(p) for p in prompts))
         gen, seconds = self._timed(
-            ("generate", k, len(rows), width, _static_args(args)),
+            ("generate", k, len(prompts), width, _static_args(args)),
             lambda: self._call(self.models.target, prompts, keys, k, args))
         stats = gen.stats
         out = []
-        for i, item in enumerate(rows):
+        for i, item in enumerate(rows):  # Real rows only: padded rows are dropped.
             length = int(gen.lengths[i])
             out.append({
                 "kind": GENERATION, "id": item.id, "sample": item.sample, "mode": mode, "k": k,
@@ -297,7 +319,8 @@ class TfspecModelHandler(base.ModelHandler):
     Args:
       spec: the models to load.
       batch_size: rows per generate call (RunInference batches exactly this many items,
-        fewer at the end of a bundle).
+        fewer at the end of a bundle; such a short batch is padded to this size, so it reuses
+        the compiled program, and the padded rows' outputs are dropped).
       large_model: share one loaded copy among the processes of a machine.
     """
 
@@ -305,9 +328,10 @@ class TfspecModelHandler(base.ModelHandler):
         super().__init__(min_batch_size=batch_size, max_batch_size=batch_size,
                          large_model=large_model)
         self._spec = spec
+        self._batch_size = batch_size
 
     def load_model(self) -> Generator:
-        return Generator(self._spec)
+        return Generator(self._spec, batch_size=self._batch_size)
 
     def run_inference(self, batch: Sequence[records.WorkItem], model: Generator,
                       inference_args: Optional[Dict[str, Any]] = None

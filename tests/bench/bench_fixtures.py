@@ -6,3 +6,19 @@ TINY_DRAFT = "random:t5-small:vocab_size=64,d_model=16,d_kv=8,d_ff=32,num_layers
 CONTRACT_KEYS = ("ar_ms_per_token", "spec_ms_per_token", "speedup", "acceptance_rate",
                  "beta_mean", "draft_cost_ratio", "predicted_speedup",
                  "speedup_over_predicted")
+
+# A checkpoint with a tokenizer (--prompts files are encoded with the target's tokenizer).
+ZOO_TARGET = "zoo:tiny-code-target"
+# t5-small shape cut down, with the zoo tokenizer's 8192 ids (for bench.loop_overhead --preset).
+TINY_PRESET_8192 = "t5-small:vocab_size=8192,d_model=16,d_kv=4,d_ff=16,num_layers=1,num_heads=2"
+PROMPT_TEXTS = ("def add(a, b):\n    return", "import os\n\nprint(os.", "class Stack:\n    def")
+
+
+def write_prompts(path, texts=PROMPT_TEXTS, extra_lines=()) -> str:
+    """A --prompts JSONL file: one {"prompt": text} line per text, then `extra_lines` as is."""
+    import json  # pylint: disable=import-outside-toplevel
+
+    lines = [json.dumps({"prompt": t}) for t in texts] + list(extra_lines)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+    return str(path)

@@ -9,8 +9,10 @@ from apache_beam.ml.inference import base as inference_base
 from apache_beam.testing import test_pipeline
 from apache_beam.testing import util as beam_util
 
+import tfspec
 from evals import records
 from pipelines import generation
+from tfspec import generation as tf_generation
 from tests.pipelines import tiny_models
 
 MODES = [("autoregressive", 0), ("speculative", 3)]
@@ -144,6 +146,52 @@ def test_through_run_inference_in_a_test_pipeline(spec, make_items):
                                      r.inference["mode"], r.inference["raw_output"])))
         beam_util.assert_that(
             out, beam_util.equal_to([(i, s, m, direct[(i, m)]) for i, s, m in expected]))
+
+
+def _traces(target) -> int:
+    """Traces so far of the compiled generate loops of `target` (all k, shapes, settings)."""
+    return sum(fn.experimental_get_tracing_count()
+               for fn in tf_generation._COMPILED.get(target, {}).values())
+
+
+def test_ragged_last_batch_is_padded_without_a_new_compile(spec, make_items, monkeypatch):
+    """3 items at batch size 2: the last batch of 1 is padded to 2 rows, so it reuses the
+    compiled program; it yields its one real item's records, with the tokens of an unpadded
+    run."""
+    items = make_items(1, samples=3)  # One prompt, 3 row keys: every call has one bucket.
+    batches = [items[:2], items[2:]]
+    # A sampling setting no other test uses: its compiled loops are traced here first.
+    args = _args({"temperature": 0.9, "top_k": 0, "top_p": 1.0}, modes=[("speculative", 3)])
+    handler = generation.TfspecModelHandler(spec, batch_size=2)
+    model = handler.load_model()
+    rows_per_call = []
+    real_generate = tfspec.generate
+
+    def counting(target, prompts, **kwargs):
+        rows_per_call.append(len(prompts))
+        return real_generate(target, prompts, **kwargs)
+
+    monkeypatch.setattr(tfspec, "generate", counting)
+    results = list(handler.run_inference(batches[0], model, args))
+    traces = _traces(model.models.target)
+    assert traces > 0
+    ragged = list(handler.run_inference(batches[1], model, args))
+    assert _traces(model.models.target) == traces  # No trace (compile) for the last batch:
+    assert rows_per_call == [2, 2, 2]  # warm-up and timed call of 2 rows, then the padded one.
+
+    assert [r.example for r in ragged] == [items[2]]  # The padded row made no record.
+    monkeypatch.setattr(tfspec, "generate", real_generate)
+    unpadded = generation.Generator(spec)  # batch_size None: calls of the real rows only.
+    reference = [r for b in batches for r in unpadded.run(b, args)]
+    got = [r.inference for r in results + ragged]
+    assert len(got) == len(reference) == 3
+    for record, want in zip(got, reference):  # Everything but the timing is the same...
+        assert {**record, "time_s": None, "beta_sum": None} == \
+            {**want, "time_s": None, "beta_sum": None}
+        # ...except float round-off of beta_sum, which XLA sums differently per batch shape
+        # (as in test_rows_reproduce_whatever_the_batch).
+        assert record["beta_sum"] == pytest.approx(want["beta_sum"], rel=1e-5)
+    assert [r["batch_size"] for r in got] == [2, 2, 1]  # Real rows per call, as unpadded.
 
 
 def test_handler_batches_exactly_batch_size(spec):
