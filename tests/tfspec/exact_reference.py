@@ -1,8 +1,10 @@
-"""Exact sequence distributions of NGram targets, computed independently of tfspec's TF code.
+"""Exact distributions of enumerable targets (NGram, tiny T5), independent of tfspec's TF code.
 
 Used by the statistical exactness tests: the numpy transform below is a second, separate
 implementation of temperature / top-k / top-p so a bug in `tfspec.sampling` cannot hide.
 """
+
+from typing import Callable
 
 import numpy as np
 
@@ -30,6 +32,44 @@ def transform(probs: np.ndarray, temperature: float, top_k: int, top_p: float) -
     return out
 
 
+def enumerate_distribution(next_probs: Callable[[tuple], np.ndarray], vocab_size: int,
+                           length: int, temperature: float, top_k: int = 0,
+                           top_p: float = 1.0, eos_id=None) -> dict:
+    """P(first `length` emitted tokens) of any model, by walking the tree of continuations.
+
+    Args:
+      next_probs: maps the tuple of tokens emitted so far (the prompt is the caller's
+        business) to the model's untransformed next-token distribution, float [V].
+      vocab_size: V.
+      length: tokens per sequence.
+      temperature, top_k, top_p: the sampling transform, applied here by `transform`.
+      eos_id: sequences stop after this id (None: they never stop).
+
+    Returns:
+      {tuple of `length` ints: probability}; EOS-terminated tuples are padded with -1.
+      Example, V = 2, length = 2, next_probs always [0.25, 0.75], no EOS:
+      {(0, 0): 1/16, (0, 1): 3/16, (1, 0): 3/16, (1, 1): 9/16}.
+    """
+    result = {}
+
+    def walk(emitted, prob):
+        if prob == 0:
+            return
+        if len(emitted) == length:
+            result[emitted] = result.get(emitted, 0.0) + prob
+            return
+        if emitted and eos_id is not None and emitted[-1] == eos_id:
+            padded = emitted + (-1,) * (length - len(emitted))
+            result[padded] = result.get(padded, 0.0) + prob
+            return
+        probs = transform(next_probs(emitted), temperature, top_k, top_p)
+        for token in range(vocab_size):
+            walk(emitted + (token,), prob * probs[token])
+
+    walk((), 1.0)
+    return result
+
+
 def sequence_distribution(log_probs: np.ndarray, prompt, length: int, temperature: float,
                           top_k: int = 0, top_p: float = 1.0, eos_id=None) -> dict:
     """P(first `length` emitted tokens) for an NGram target, EOS-terminated rows padded with -1.
@@ -39,32 +79,36 @@ def sequence_distribution(log_probs: np.ndarray, prompt, length: int, temperatur
     """
     table = np.exp(np.asarray(log_probs, dtype=np.float64))
     order = table.ndim
-    vocab_size = table.shape[-1]
-    result = {}
 
-    def next_probs(history):
+    def next_probs(emitted):
         if order == 1:
-            return transform(table, temperature, top_k, top_p)
+            return table
         # The previous n - 1 tokens, with id 0 before the start.
-        context = ([0] * (order - 1) + list(history))[-(order - 1):]
-        return transform(table[tuple(context)], temperature, top_k, top_p)
+        context = ([0] * (order - 1) + list(prompt) + list(emitted))[-(order - 1):]
+        return table[tuple(context)]
 
-    def walk(history, emitted, prob):
-        if prob == 0:
-            return
-        if len(emitted) == length:
-            result[tuple(emitted)] = result.get(tuple(emitted), 0.0) + prob
-            return
-        if emitted and eos_id is not None and emitted[-1] == eos_id:
-            padded = tuple(emitted + [-1] * (length - len(emitted)))
-            result[padded] = result.get(padded, 0.0) + prob
-            return
-        probs = next_probs(history)
-        for token in range(vocab_size):
-            walk(history + [token], emitted + [token], prob * probs[token])
+    return enumerate_distribution(next_probs, table.shape[-1], length, temperature, top_k,
+                                  top_p, eos_id)
 
-    walk(list(prompt), [], 1.0)
-    return result
+
+def transform_margin(probs: np.ndarray, temperature: float, top_p: float) -> float:
+    """How far one distribution is from a top-p decision flipping under float32 rounding.
+
+    The nucleus keeps sorted tokens whose preceding mass is < top_p; the kept set changes if
+    a preceding mass crosses top_p or if the last kept and first dropped tokens swap. Returns
+    the smallest of those distances (inf when top_p = 1), so a caller can require that the
+    float32 transform of tfspec and the float64 one above keep the same tokens.
+    """
+    if top_p >= 1:
+        return float("inf")
+    tempered = transform(probs, temperature, 0, 1.0)
+    ordered = np.sort(tempered)[::-1]
+    before = np.cumsum(ordered) - ordered
+    kept = int(np.sum(before < top_p))
+    margin = float(np.min(np.abs(before - top_p)))
+    if kept < len(ordered):
+        margin = min(margin, float(ordered[kept - 1] - ordered[kept]))
+    return margin
 
 
 def observed_sequences(tokens: np.ndarray, lengths: np.ndarray, length: int) -> list:

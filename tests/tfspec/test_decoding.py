@@ -1,5 +1,7 @@
 """Loop behaviour: greedy identity, determinism, batch independence, per-row EOS."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -102,15 +104,58 @@ def test_eos_in_the_middle_of_an_accepted_block():
     assert mid_block > 0
 
 
-def test_rows_advance_by_their_own_acceptance():
-    # Row 0's draft is the target itself (accepts everything); row 1's prompt-lookup draft
-    # rarely matches. If the batch advanced by its minimum, row 0 would need as many rounds
-    # as row 1.
-    target, _ = _models(seed=1)
-    gen = tfspec.generate(target, [[1, 2, 3]] * 2, draft=target, k=4, max_new_tokens=20,
-                          sampling=tfspec.Sampling(0.0), eos_id=None)
-    assert gen.stats.rounds[0] == 4  # 20 tokens, 5 per round
-    assert gen.stats.mean_tokens_per_round == pytest.approx(5.0)
+LOW, HIGH = (1, 2, 3), (4, 5, 6)
+# Rows 0 and 2 start (and, greedily, stay) in LOW; row 1 in HIGH. Mixed prompt lengths.
+SPLIT_PROMPTS = [[1, 2, 3], [5, 4], [2, 3, 1, 1]]
+
+
+def _split_pair():
+    """An order-3 target and a draft that agree on LOW contexts only.
+
+    The target's greedy next token lies in the group of the last token, so a row stays in
+    the group its prompt ends in. The draft's argmax equals the target's on every context
+    except a third of the HIGH x HIGH ones: LOW rows accept every draft, HIGH rows some.
+    """
+    rng = np.random.RandomState(0)
+    target = 0.5 * rng.dirichlet(np.ones(VOCAB), size=(VOCAB, VOCAB))
+    draft = target.copy()
+    for a in range(VOCAB):
+        for b in range(VOCAB):
+            group = HIGH if b in HIGH else LOW
+            target[a, b, group[(a + b) % 3]] += 0.5
+            shift = int(a in HIGH and b in HIGH and (a + 2 * b) % 3 == 0)
+            draft[a, b, group[(a + b + shift) % 3]] += 0.5
+    return NGram(np.log(target)), NGram(np.log(draft))
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_rows_advance_by_their_own_acceptance(k):
+    """Each row of a batch takes the rounds its OWN acceptance implies.
+
+    Rows 0 and 2 accept every draft, so they finish in ceil(N / (k + 1)) rounds; row 1
+    rejects some drafts and needs more. In the batch every row takes exactly the rounds,
+    accepted drafts and tokens it takes decoded alone. A loop that advanced every row by the
+    batch's smallest accepted count would hold rows 0 and 2 back to row 1's pace.
+    """
+    target, draft = _split_pair()
+    max_new = 24
+    kwargs = dict(draft=draft, k=k, max_new_tokens=max_new,
+                  sampling=tfspec.Sampling(0.0), eos_id=None)
+    batch = tfspec.generate(target, SPLIT_PROMPTS, **kwargs)
+    rounds, accepted = batch.stats.rounds, batch.stats.accepted
+    full_rounds = math.ceil(max_new / (k + 1))
+    assert rounds[0] == rounds[2] == full_rounds
+    assert accepted[0] == batch.stats.drafted[0]
+    assert 0 < accepted[1] < batch.stats.drafted[1]
+    assert rounds[1] > full_rounds
+    for i, prompt in enumerate(SPLIT_PROMPTS):
+        alone = tfspec.generate(target, [prompt], **kwargs)
+        assert alone.stats.rounds[0] == rounds[i], f"row {i}"
+        assert alone.stats.accepted[0] == accepted[i], f"row {i}"
+        np.testing.assert_array_equal(alone.tokens[0], batch.tokens[i])
+    ar = tfspec.generate(target, SPLIT_PROMPTS, max_new_tokens=max_new,
+                         sampling=tfspec.Sampling(0.0), eos_id=None)
+    np.testing.assert_array_equal(batch.tokens, ar.tokens)
 
 
 def test_stats_are_consistent():

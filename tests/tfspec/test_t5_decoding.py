@@ -1,5 +1,7 @@
 """The loop driving real (tiny, random) T5 models: greedy identity and mixed drafts."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -60,3 +62,44 @@ def test_t5_row_alone_equals_row_in_batch(models):
     batch = tfspec.generate(target, PROMPTS, row_keys=[7, 8, 9, 10], **kwargs)
     alone = tfspec.generate(target, [PROMPTS[3]], row_keys=[10], **kwargs)
     np.testing.assert_array_equal(alone.tokens[0], batch.tokens[3])
+
+
+# --- Draft == target: every round accepts all k drafts, so every round after the first
+# needs the draft catch-up (the draft never decoded its last draft d_k, nor the bonus token).
+# A catch-up that leaves a wrong or missing entry in the draft's KV cache makes the draft
+# disagree with the target, which shows as acceptance < 1 and extra rounds.
+
+MAX_NEW = 16
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_greedy_draft_equal_to_target_accepts_every_draft(models, k):
+    """Greedy, batch of 4 mixed-length prompts, draft is the target object itself: the
+    tokens equal greedy autoregressive decoding and every row takes exactly
+    ceil(MAX_NEW / (k + 1)) rounds with every draft accepted."""
+    target = models[0]
+    greedy = tfspec.Sampling(temperature=0.0)
+    ar = tfspec.generate(target, PROMPTS, max_new_tokens=MAX_NEW, sampling=greedy,
+                         eos_id=None)
+    spec = tfspec.generate(target, PROMPTS, draft=target, k=k, max_new_tokens=MAX_NEW,
+                           sampling=greedy, eos_id=None)
+    np.testing.assert_array_equal(spec.tokens, ar.tokens)
+    assert spec.stats.acceptance_rate == 1.0
+    np.testing.assert_array_equal(spec.stats.rounds, math.ceil(MAX_NEW / (k + 1)))
+    np.testing.assert_array_equal(spec.stats.accepted, spec.stats.drafted)
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_sampled_draft_equal_to_target_accepts_every_draft(models, k):
+    """Temperature 1, draft is the target object itself: p / q = 1 for every draft, so the
+    rule accepts every one of them. Sampling is more sensitive than greedy: any change of
+    the draft's distribution (e.g. a catch-up that skips a position) lowers acceptance,
+    whereas greedy only notices when the argmax moves."""
+    target = models[0]
+    prompts = PROMPTS * 2
+    spec = tfspec.generate(target, prompts, draft=target, k=k, max_new_tokens=MAX_NEW,
+                           sampling=tfspec.Sampling(temperature=1.0), seed=4,
+                           row_keys=range(len(prompts)), eos_id=None)
+    assert spec.stats.acceptance_rate == 1.0
+    np.testing.assert_array_equal(spec.stats.rounds, math.ceil(MAX_NEW / (k + 1)))
+    np.testing.assert_array_equal(spec.lengths, MAX_NEW)

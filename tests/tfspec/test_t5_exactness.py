@@ -1,0 +1,213 @@
+"""Statistical exactness through real T5 models, whose decoders read their whole KV cache.
+
+An order-2 NGram target (`test_exactness.py`) reads only the token its decode was just
+given, so whatever earlier rounds left in its cache (stale entries of rejected drafts, the
+accepted drafts, positions) cannot change its output; order 3 reads one column more. A T5
+decoder attends to every earlier decoder position through its self-attention KV cache, so a
+loop that leaves a wrong entry in a slot a later query reads, or decodes a row at the wrong
+position, changes the distribution of the tokens after it.
+
+What no distribution test can see: a wrong DRAFT cache (e.g. a broken draft catch-up) only
+makes the draft worse, and the rule stays exact for any draft. `test_t5_decoding.py` catches
+those through acceptance with draft == target.
+
+A tiny random T5 target (V = 5) and a different tiny T5 draft are enumerable: ONE uncached
+`T5.forward` over all 5**4 decoder inputs gives the target's next-token distribution after
+every prefix, the numpy `exact_reference.transform` applies temperature / top-p, and
+`exact_reference.enumerate_distribution` gives the exact joint law of the first LENGTH
+tokens. A G-test compares thousands of speculative rows with it.
+
+LENGTH = 5 > k + 1 for every k tested, so rows that accept all k drafts in a round go on to
+a round that needs the draft catch-up. Compiling the loop for one (batch shape, k, sampling)
+takes ~5 s on CPU, so each case below uses one batch shape; across the cases every k runs
+both as one large batch (rows at many positions; the two-token catch-up window then runs
+for rows that do not need it) and as many small calls of batch 1, 2 or 3 whose rows are
+pooled (the one-token window runs whenever no row of the call needs the catch-up, and rows
+of one call sit at different positions).
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import tfspec
+from tfspec.models import T5, T5Config
+from tests.tfspec import exact_reference as ref
+from tests.tfspec import wrong_rules
+
+VOCAB = 5
+LENGTH = 5
+PROMPT = [2, 3, 4]
+P_MIN = 1e-3
+SAMPLINGS = {
+    "t1": tfspec.Sampling(temperature=1.0),
+    # Chosen so that no top-p decision of the target is near a tie (see the margin check).
+    "t0.8-topp0.95": tfspec.Sampling(temperature=0.8, top_p=0.95),
+}
+# float32 probabilities of the cached loop and the float64 reference differ by ~1e-7; a top-p
+# decision closer than this to flipping could keep different tokens in the two.
+TOP_P_MARGIN = 1e-5
+# Gains on the target decoder's self-attention output projection and relative position
+# bias: with them the random model depends strongly on earlier decoder positions, i.e. on
+# its KV cache (see `test_models_are_random_different_and_read_their_history`). Without
+# them a loop that verified every row at the batch's smallest position went unnoticed.
+TARGET_GAINS = {
+    "decoder.block.0.layer.0.SelfAttention.o.weight": 6.0,
+    "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight": 4.0,
+}
+# (sampling, k) -> (batch size, calls); the rows of all calls are pooled.
+# Small calls cost ~1.5 ms each, so they pool fewer rows than the large batches.
+LAYOUTS = {
+    ("t1", 1): (6000, 1),
+    ("t1", 2): (2, 1000),
+    ("t1", 3): (6000, 1),
+    ("t0.8-topp0.95", 1): (3, 700),
+    ("t0.8-topp0.95", 2): (6000, 1),
+    ("t0.8-topp0.95", 3): (1, 1500),
+}
+
+
+def _config(d_model):
+    return T5Config(vocab_size=VOCAB, d_model=d_model, d_kv=4, d_ff=2 * d_model,
+                    num_layers=1, num_decoder_layers=1, num_heads=2,
+                    relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                    feed_forward_proj="relu", tie_word_embeddings=True,
+                    pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+
+
+@pytest.fixture(scope="module")
+def models():
+    """(target, draft): different widths and seeds."""
+    target = T5(_config(16), seed=1)
+    weights = target.hf_weight_map()  # Checkpoint names: independent of the layout.
+    for name, gain in TARGET_GAINS.items():
+        variable, _ = weights[name]
+        variable.assign(variable * gain)
+    draft = T5(_config(8), seed=11)
+    return target, draft
+
+
+def _next_probs_table(model):
+    """{emitted prefix: float64 [V]} for every prefix shorter than LENGTH, uncached.
+
+    One `forward` over all VOCAB**(LENGTH - 1) decoder inputs [start, t_1 .. t_{LENGTH-1}]:
+    its logits at index i are the next-token logits after the prefix t_1 .. t_i.
+    """
+    tails = list(itertools.product(range(VOCAB), repeat=LENGTH - 1))
+    decoder_ids = np.array([[model.decoder_start_id, *tail] for tail in tails], np.int32)
+    encoder_ids = np.tile(np.array([PROMPT], np.int32), [len(tails), 1])
+    logits = model.forward(encoder_ids, None, decoder_ids).numpy().astype(np.float64)
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    table = {}
+    for tail, row in zip(tails, probs):
+        for i in range(LENGTH):
+            table[tail[:i]] = row[i]
+    return table
+
+
+@pytest.fixture(scope="module")
+def tables(models):
+    """(target table, draft table), see `_next_probs_table`."""
+    return tuple(_next_probs_table(model) for model in models)
+
+
+def _expected(table, sampling):
+    return ref.enumerate_distribution(table.__getitem__, VOCAB, LENGTH, sampling.temperature,
+                                      sampling.top_k, sampling.top_p)
+
+
+def _decode(target, draft, k, sampling, batch, calls, **overrides):
+    """Pooled rows of `calls` generate() calls of `batch` rows, each row its own key.
+
+    Returns:
+      (tokens int [rows, LENGTH], lengths int [rows], per-call `DecodeStats` list).
+    """
+    tokens, lengths, stats = [], [], []
+    for call in range(calls):
+        gen = tfspec.generate(target, [PROMPT] * batch, draft=draft, k=k,
+                              max_new_tokens=LENGTH, sampling=sampling, seed=1, eos_id=None,
+                              row_keys=np.arange(call * batch, (call + 1) * batch),
+                              **overrides)
+        tokens.append(gen.tokens)
+        lengths.append(gen.lengths)
+        stats.append(gen.stats)
+    return np.concatenate(tokens), np.concatenate(lengths), stats
+
+
+def _pvalue(tokens, lengths, table, sampling):
+    observed = ref.observed_sequences(tokens, lengths, LENGTH)
+    return ref.g_test_pvalue(observed, _expected(table, sampling))
+
+
+def test_models_are_random_different_and_read_their_history(tables):
+    """The premises of the distribution tests below.
+
+    Not near-deterministic (else few sequences carry all the mass); the draft differs from
+    the target; the target's next token depends strongly on the FIRST emitted token even
+    three tokens later, which reaches the decoder only through its KV cache; and no top-p
+    decision is close enough to a tie to flip between float32 and float64.
+    """
+    target, draft = tables
+    prefixes = sorted(target)
+    target_probs = np.stack([target[p] for p in prefixes])
+    draft_probs = np.stack([draft[p] for p in prefixes])
+    entropy = -np.sum(target_probs * np.log(target_probs), axis=-1)
+    assert entropy.mean() > 0.8, f"mean entropy {entropy.mean():.2f} nats"
+    assert target_probs.max() < 0.95
+    overlap = np.minimum(target_probs, draft_probs).sum(axis=-1).mean()
+    assert 0.3 < overlap < 0.8, f"mean overlap {overlap:.2f}"
+    # Total variation between the distributions after (a, b, c, d) and (a', b, c, d).
+    last = np.stack([target[p] for p in prefixes if len(p) == LENGTH - 1])
+    last = last.reshape([VOCAB] * (LENGTH - 1) + [VOCAB])
+    spread = 0.5 * np.abs(last[:, None] - last[None, :]).sum(axis=-1).max(axis=(0, 1))
+    assert spread.mean() > 0.3, f"mean total variation {spread.mean():.3f}"
+    for sampling in SAMPLINGS.values():
+        margin = min(ref.transform_margin(row, sampling.temperature, sampling.top_p)
+                     for row in target_probs)
+        assert margin > TOP_P_MARGIN, f"a top-p decision is within {margin:.1e} of flipping"
+
+
+@pytest.mark.parametrize("sampling_name, k", list(LAYOUTS),
+                         ids=[f"{name}-k{k}-batch{LAYOUTS[name, k][0]}"
+                              for name, k in LAYOUTS])
+def test_speculative_t5_matches_uncached_target_distribution(models, tables, sampling_name,
+                                                            k):
+    """Cached speculative rows follow the exact law of the uncached target.
+
+    Covers the target's rollback (stale entries of rejected drafts, overwritten later),
+    the accepted drafts' entries and per-row positions within one batch.
+    """
+    target, draft = models
+    sampling = SAMPLINGS[sampling_name]
+    batch, calls = LAYOUTS[sampling_name, k]
+    tokens, lengths, stats = _decode(target, draft, k, sampling, batch, calls)
+    assert (lengths == LENGTH).all()
+    pvalue = _pvalue(tokens, lengths, tables[0], sampling)
+    assert pvalue > P_MIN, f"p = {pvalue:.2e}"
+    pooled = tfspec.DecodeStats.concatenate(stats)
+    assert 0.1 < pooled.acceptance_rate < 0.9, pooled.acceptance_rate
+    # Rounds that accepted all k drafts happened. A row whose first round did so has
+    # k + 1 < LENGTH tokens, so the draft had to catch up on d_k in its next round.
+    assert pooled.accepted_per_position[:, -1].sum() > 0.05 * len(lengths)
+    if 1 < batch < len(lengths):
+        # Rows of one call took different numbers of rounds, so they sat at different
+        # positions in the same round.
+        assert any(len(set(s.rounds.tolist())) > 1 for s in stats)
+
+
+@pytest.mark.parametrize("wrong", ["inverted_ratio", "forgetful_cache"])
+def test_power_wrong_rules_are_rejected(models, tables, wrong):
+    """The same G-test rejects a wrong acceptance rule and a target that drops the cache
+    entries of accepted drafts (`wrong_rules.ForgetfulCache`)."""
+    target, draft = models
+    overrides = {}
+    if wrong == "inverted_ratio":
+        overrides["accept_fn"] = wrong_rules.inverted_ratio
+    else:
+        target = wrong_rules.ForgetfulCache(target)
+    sampling = SAMPLINGS["t1"]
+    tokens, lengths, _ = _decode(target, draft, 2, sampling, 6000, 1, **overrides)
+    pvalue = _pvalue(tokens, lengths, tables[0], sampling)
+    assert pvalue < P_MIN, f"wrong rule {wrong} not detected (p = {pvalue:.3g})"
