@@ -3,30 +3,40 @@
 One `tf.while_loop` runs rounds until every row has finished. Each round, for every row
 independently (n = the row's committed length, out[n] its last committed token):
 
-  1. Draft catch-up + first draft: the draft decodes [out[n-1], out[n]] at positions
-     [n-1, n]. Re-writing position n-1 is harmless and covers the case where the previous
-     round accepted all k drafts (then the draft never saw its own last draft d_k, which
-     now sits at n-1, nor the bonus token at n). The second logit row gives q_1; d_1 ~ q_1.
-  2. k - 1 more draft steps, one token each: d_i at position n + i gives q_{i+1}.
-  3. Verify: the target decodes [out[n], d_1 .. d_k] at positions n .. n + k, giving
+  1. Draft: k one-token draft steps. Step i decodes out[n] (i = 0) or d_i at position
+     n + i and samples d_{i+1} ~ q_{i+1}. A row stops drafting after it drafts EOS (what
+     follows an EOS can never be emitted); the loop stops when every row has.
+  2. Verify: the target decodes [out[n], d_1 .. d_k] at positions n .. n + k, giving
      p_1 .. p_{k+1} in one call.
-  4. `acceptance.accept` returns a (leading accepted drafts) and the next token t.
-  5. Commit: positions n+1 .. n+a+1 receive d_1 .. d_a, t; the row advances by a + 1
+  3. `acceptance.accept` returns a (leading accepted drafts) and the next token t.
+  4. Commit: positions n+1 .. n+a+1 receive d_1 .. d_a, t; the row advances by a + 1
      (its own a: rows never move by the batch minimum), cut at the first EOS and at
      max_new_tokens.
+  5. Draft catch-up: the draft writes d_k at position n + k into its cache (K/V only; its
+     logits are not computed). Step 1 decoded d_1 .. d_{k-1} but only sampled d_k, so a row
+     that accepted all k would otherwise start the next round with a hole at n + k.
 
 Worked example, k = 3, two rows, start token s:
 
   before:   row 0 out = [s, 5, 8]        n = 2      row 1 out = [s, 4]  n = 1
-  drafts:   row 0 d = [3, 3, 9]                     row 1 d = [7, 2, 6]
+  draft:    row 0 decodes 8@2, 3@3, 3@4  -> d = [3, 3, 9]
+            row 1 decodes 4@1, 7@2, 2@3  -> d = [7, 2, 6]
+  verify:   row 0 target window [8, 3, 3, 9] @ 2..5;  row 1 [4, 7, 2, 6] @ 1..4
   accept:   row 0 a = 1, t = 4                      row 1 a = 3, bonus t = 1 (EOS)
   after:    row 0 out = [s, 5, 8, 3, 4]  n = 4      row 1 out = [s, 4, 7, 2, 6, 1]  n = 5, done
+  catch-up: row 0 draft writes 9@5 (stale: past n = 4; the next round's second draft
+            step rewrites slot 5 before any query reads it); row 1 writes 6@4, its
+            committed d_3.
 
 Rollback is by masking: row 0's target cache still holds entries for its rejected drafts at
 positions 4 and 5, but a query at position p only attends to slots <= p, and those slots
-are rewritten before any later query can reach them. Buffers are sized
-max_new_tokens + k + 2 so that every fixed-width write stays in bounds, even for rows that
-have finished (they keep computing garbage past their length, which is masked out).
+are rewritten before any later query can reach them. The same holds for the draft cache,
+which after the catch-up holds every committed position < n + a + 1 of each row. Buffers are
+sized max_new_tokens + k + 2 so that every fixed-width write stays in bounds, even for rows
+that have finished (they keep computing garbage past their length, which is masked out).
+
+Statistics stop at EOS: drafts after a drafted EOS (never drafted) or past an emitted EOS
+(never able to matter) count neither as drafted nor as rejected.
 
 Shapes are static (k, max_new_tokens and the sampling transform are Python constants), so
 XLA compiles the whole loop once per (batch, prompt bucket, k, sampling) combination.
@@ -73,12 +83,11 @@ class LoopState(NamedTuple):
     target_cache: Any                 # the target's nest, from `prepare`
     draft_cache: Any                  # the draft's nest, or () without a draft
     rounds: tf.Tensor                 # int32 [batch]
-    drafted: tf.Tensor                # int32 [batch]
-    accepted: tf.Tensor               # int32 [batch]
-    verified: tf.Tensor               # int32 [batch]
+    drafted: tf.Tensor                # int32 [batch], drafts up to a drafted/emitted EOS
+    accepted: tf.Tensor               # int32 [batch], accepted among those
+    verified: tf.Tensor               # int32 [batch], judged by the rule among those
     accepted_per_position: tf.Tensor  # int32 [batch, k]
     beta_sum: tf.Tensor               # float32 [batch]
-    draft_catch_up: tf.Tensor         # bool [batch], previous round accepted all k drafts
 
 
 def _gather_rows(values: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
@@ -86,14 +95,24 @@ def _gather_rows(values: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
     return tf.gather(values, index, batch_dims=1)
 
 
-def _draft_block(draft, draft_context, draft_cache, out_ids, n, catch_up, keys, round_idx,
+def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, keys, round_idx,
                  config: LoopConfig, draft_sample_fn):
     """Steps 1-2 of the round: k draft tokens and the distributions they were drawn from.
 
+    Draft step i (0-based) decodes one token at position n + i: out[n] for i = 0, d_i after
+    that, and gives q_{i+1}. The draft cache already holds every committed position < n
+    (see `_draft_catch_up`), so every step is one token wide: on XLA:CPU a one-row step is a
+    vector-matrix product, a two-row window costs several times more (measured).
+
+    Drafting stops early for a row once it has drafted EOS (or has finished): nothing after
+    a drafted EOS can be emitted, because an accepted EOS ends the row and a rejection
+    before it discards the rest. The loop ends when every row has stopped; positions not
+    drafted hold EOS with a one-hot distribution, which the rule treats like any draft.
+
     Args:
-      catch_up: bool [batch], rows whose previous round accepted all k drafts: the draft
-        never decoded its own last draft (now at position n - 1), so it needs the two-token
-        window [out[n-1], out[n]]; other rows need only [out[n]].
+      last_ids: int32 [batch], out[n].
+      n: int32 [batch], committed lengths.
+      done: bool [batch], finished rows.
 
     Returns:
       (draft_ids int32 [batch, k], draft_probs float32 [batch, k, V] or None in greedy mode,
@@ -101,21 +120,11 @@ def _draft_block(draft, draft_context, draft_cache, out_ids, n, catch_up, keys, 
     """
     k = config.k
     greedy = config.sampling.greedy
+    eos_id = config.eos_id
+    vocab_size = draft.vocab_size
     uniforms = None if greedy else rng.uniform(keys, round_idx, _STREAM_DRAFT, k)
-
-    def first_window(width):
-        def run():
-            # Positions [n - width + 1 .. n]; at n = 0 a two-wide window repeats position 0
-            # (same token, same slot), which is harmless.
-            positions = tf.maximum(n[:, None] + tf.range(1 - width, 1)[None, :], 0)
-            logits, cache = draft.decode(draft_context, draft_cache,
-                                         tf.gather(out_ids, positions, batch_dims=1), positions)
-            return logits[:, -1], cache
-        return run
-
-    # Both widths are compiled; the cheaper one-token window runs whenever no row needs the
-    # catch-up (verifying more positions is not free on every backend, e.g. XLA:CPU).
-    logits, draft_cache = tf.cond(tf.reduce_any(catch_up), first_window(2), first_window(1))
+    filler = eos_id if eos_id is not None else 0
+    batch = tf.shape(n)[0]
 
     def choose(logits, i):
         """logits [batch, V] -> (token [batch], probs [batch, V] or None)."""
@@ -124,24 +133,61 @@ def _draft_block(draft, draft_context, draft_cache, out_ids, n, catch_up, keys, 
         probs = sampling_lib.logits_to_probs(logits, config.sampling)
         return draft_sample_fn(probs, tf.gather(uniforms, i, axis=1)), probs
 
-    token, probs = choose(logits, 0)
-    ids_ta = tf.TensorArray(tf.int32, size=k).write(0, token)
-    probs_ta = () if greedy else tf.TensorArray(tf.float32, size=k).write(0, probs)
+    # Step-major buffers [k, batch(, V)]: step i writes row i in place (a one-index scatter
+    # on the leading axis is a dynamic-update-slice, no copy of the buffer).
+    ids_buf = tf.fill([k, batch], tf.constant(filler, tf.int32))
+    probs_buf = (() if greedy else
+                 tf.one_hot(ids_buf, vocab_size, dtype=tf.float32))
 
-    def step(i, token, cache, ids_ta, probs_ta):
+    def step(i, token, stopped, cache, ids_buf, probs_buf):
         logits, cache = draft.decode(draft_context, cache, token[:, None], (n + i)[:, None])
         token, probs = choose(logits[:, 0], i)
+        ids_buf = tf.tensor_scatter_nd_update(ids_buf, [[i]], token[None])
         if not greedy:
-            probs_ta = probs_ta.write(i, probs)
-        return i + 1, token, cache, ids_ta.write(i, token), probs_ta
+            probs_buf = tf.tensor_scatter_nd_update(probs_buf, [[i]], probs[None])
+        if eos_id is not None:
+            stopped |= tf.equal(token, eos_id)
+        return i + 1, token, stopped, cache, ids_buf, probs_buf
+
+    def keep_drafting(i, token, stopped, *_):
+        del token
+        return (i < k) & ~tf.reduce_all(stopped)
 
     # A while loop (not a Python loop) keeps one copy of the draft in the compiled program.
-    _, _, draft_cache, ids_ta, probs_ta = tf.while_loop(
-        lambda i, *_: i < k, step, (tf.constant(1), token, draft_cache, ids_ta, probs_ta),
-        maximum_iterations=k - 1 if k > 1 else 0)
-    draft_ids = tf.transpose(ids_ta.stack(), [1, 0])                         # [batch, k]
-    draft_probs = None if greedy else tf.transpose(probs_ta.stack(), [1, 0, 2])
+    _, _, _, draft_cache, ids_buf, probs_buf = tf.while_loop(
+        keep_drafting, step,
+        (tf.constant(0), last_ids, done, draft_cache, ids_buf, probs_buf),
+        maximum_iterations=k)
+    draft_ids = tf.transpose(ids_buf, [1, 0])                                # [batch, k]
+    draft_probs = None if greedy else tf.transpose(probs_buf, [1, 0, 2])     # [batch, k, V]
     return draft_ids, draft_probs, draft_cache
+
+
+def _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n):
+    """Writes d_k into the draft cache at position n + k.
+
+    The draft decoded d_1 .. d_{k-1} during the round but only *sampled* d_k, so its cache
+    lacks position n + k. A row that accepted every draft commits d_k there (and the bonus
+    token at n + k + 1, which the next round's first step writes). For every other row the
+    write lands at or past its new length n + a + 1 <= n + k: a stale slot that the next
+    round overwrites before any query reads it (the protocol's cache invariant).
+
+    Why unconditional: the logits are discarded, so XLA drops everything that only feeds
+    them (the LM head and the last layer's attention and feed-forward blocks, leaving its
+    key/value projections); what remains costs a few microseconds for the embedded draft
+    (`bench.round_breakdown`: catch_up_ms). A `tf.cond` that ran it only for fully accepted rounds made XLA copy the
+    whole draft cache in both branches (seen in the HLO dump), which cost more.
+
+    Args:
+      draft_ids: int32 [batch, k].
+      n: int32 [batch], committed lengths before the round.
+
+    Returns:
+      The draft cache.
+    """
+    k = draft_ids.shape[1]
+    _, cache = draft.decode(draft_context, draft_cache, draft_ids[:, k - 1:], (n + k)[:, None])
+    return cache
 
 
 def _verify(target, target_context, target_cache, window_ids, positions, draft_ids,
@@ -226,8 +272,7 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         target_cache=target_cache, draft_cache=draft_cache,
         rounds=zeros, drafted=zeros, accepted=zeros, verified=zeros,
         accepted_per_position=tf.zeros([batch, k], tf.int32),
-        beta_sum=tf.zeros([batch], tf.float32),
-        draft_catch_up=tf.zeros([batch], tf.bool))
+        beta_sum=tf.zeros([batch], tf.float32))
     rows = tf.range(batch)[:, None]
     slot = tf.range(k + 1)[None, :]                                          # [1, k+1]
 
@@ -237,8 +282,8 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         last_ids = _gather_rows(state.out_ids, n)                            # [batch]
         if k > 0:
             draft_ids, draft_probs, draft_cache = _draft_block(
-                draft, draft_context, state.draft_cache, state.out_ids, n,
-                state.draft_catch_up, keys, state.round_idx, config, draft_sample_fn)
+                draft, draft_context, state.draft_cache, last_ids, n, state.done, keys,
+                state.round_idx, config, draft_sample_fn)
             window_ids = tf.concat([last_ids[:, None], draft_ids], axis=1)   # [batch, k+1]
         else:
             draft_cache = state.draft_cache
@@ -255,6 +300,9 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         new_ids = tf.where(slot == num_accepted[:, None], next_ids[:, None], proposed)
         emitted = num_accepted + 1
         finished = tf.zeros_like(live)
+        # Drafts that count in the statistics: all k, except that nothing past a drafted
+        # or an emitted EOS counts (such drafts are never drafted, or never matter).
+        counted = tf.fill([batch], k)
         if config.eos_id is not None:
             # Stop at the first EOS, even in the middle of an accepted block.
             is_eos = (new_ids == config.eos_id) & (slot < emitted[:, None])
@@ -262,6 +310,13 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
             has_eos = tf.reduce_any(is_eos, axis=1)
             emitted = tf.where(has_eos, first_eos + 1, emitted)
             finished = has_eos
+            if k > 0:
+                drafted_eos = tf.equal(draft_ids, config.eos_id)             # [batch, k]
+                first_drafted_eos = tf.argmax(tf.cast(drafted_eos, tf.int32), axis=1,
+                                              output_type=tf.int32)
+                counted = tf.where(tf.reduce_any(drafted_eos, axis=1),
+                                   first_drafted_eos + 1, counted)
+                counted = tf.where(has_eos, tf.minimum(counted, first_eos + 1), counted)
         emitted = tf.minimum(emitted, config.max_new_tokens - n)
         finished |= n + emitted >= config.max_new_tokens
 
@@ -269,12 +324,15 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         out_ids = tf.tensor_scatter_nd_update(state.out_ids, indices, new_ids)
         live_i = tf.cast(live, tf.int32)
         if k > 0:
-            verified_now = tf.minimum(num_accepted + 1, k)
+            draft_cache = _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n)
+            accepted_now = tf.minimum(num_accepted, counted)
+            verified_now = tf.minimum(num_accepted + 1, counted)
             verified_mask = tf.cast(slot[:, :k] < verified_now[:, None], tf.float32)
             beta_now = tf.reduce_sum(beta * verified_mask, axis=1)
-            accepted_slots = tf.cast(slot[:, :k] < num_accepted[:, None], tf.int32)
+            accepted_slots = tf.cast(slot[:, :k] < accepted_now[:, None], tf.int32)
         else:
-            verified_now, beta_now = zeros, tf.zeros([batch], tf.float32)
+            accepted_now, verified_now = zeros, zeros
+            beta_now = tf.zeros([batch], tf.float32)
             accepted_slots = state.accepted_per_position
         return LoopState(
             round_idx=state.round_idx + 1,
@@ -284,14 +342,12 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
             target_cache=target_cache,
             draft_cache=draft_cache,
             rounds=state.rounds + live_i,
-            drafted=state.drafted + live_i * k,
-            accepted=state.accepted + live_i * num_accepted,
+            drafted=state.drafted + live_i * counted if k > 0 else state.drafted,
+            accepted=state.accepted + live_i * accepted_now,
             verified=state.verified + live_i * verified_now,
             accepted_per_position=state.accepted_per_position + live_i[:, None] * accepted_slots
             if k > 0 else state.accepted_per_position,
-            beta_sum=state.beta_sum + tf.cast(live, tf.float32) * beta_now,
-            draft_catch_up=live & ~finished & (num_accepted == k) if k > 0
-            else state.draft_catch_up)
+            beta_sum=state.beta_sum + tf.cast(live, tf.float32) * beta_now)
 
     def cond(state: LoopState):
         return ~tf.reduce_all(state.done)

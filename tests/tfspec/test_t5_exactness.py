@@ -18,12 +18,11 @@ every prefix, the numpy `exact_reference.transform` applies temperature / top-p,
 tokens. A G-test compares thousands of speculative rows with it.
 
 LENGTH = 5 > k + 1 for every k tested, so rows that accept all k drafts in a round go on to
-a round that needs the draft catch-up. Compiling the loop for one (batch shape, k, sampling)
-takes ~5 s on CPU, so each case below uses one batch shape; across the cases every k runs
-both as one large batch (rows at many positions; the two-token catch-up window then runs
-for rows that do not need it) and as many small calls of batch 1, 2 or 3 whose rows are
-pooled (the one-token window runs whenever no row of the call needs the catch-up, and rows
-of one call sit at different positions).
+a round that reads what the draft catch-up wrote. Compiling the loop for one (batch shape,
+k, sampling) takes ~5 s on CPU, so each case below uses one batch shape; across the cases
+every k runs both as one large batch (rows at many different positions in every round, some
+stopping their drafts early) and as many small calls of batch 1, 2 or 3 whose rows are
+pooled (where one row's state decides whether the draft loop runs its k steps).
 """
 
 import itertools

@@ -39,23 +39,32 @@ _SUPPORTED_DTYPES = ("float32", "bfloat16")
 class T5Context(NamedTuple):
     """What `prepare` computes once per request; captured (not carried) by the decode loop.
 
+    Everything here is in the layout the decode step reads, so that no decode step
+    re-lays out a loop invariant (XLA does not hoist such transposes out of a while loop).
+
     Attributes:
-      cross_keys: tuple over decoder layers of [B, S, H, d_kv] (compute dtype).
-      cross_values: tuple over decoder layers of [B, S, H, d_kv] (compute dtype).
+      cross_keys: tuple over decoder layers of [B, H, S, d_kv] (compute dtype, head-major).
+      cross_values: tuple over decoder layers of [B, H, S, d_kv] (compute dtype, head-major).
       encoder_mask: bool [B, S], True at valid prompt tokens.
+      lm_head: float32 [D, V], the output projection (tied models: `shared` transposed;
+        bfloat16 models: cast once here rather than on every decode call). Stored [D, V]
+        so the one-row decode step is XLA:CPU's fast vector-matrix dot; `shared` [V, D]
+        contracted on its minor dimension was emitted as a slow loop fusion.
     """
 
     cross_keys: Tuple[tf.Tensor, ...]
     cross_values: Tuple[tf.Tensor, ...]
     encoder_mask: tf.Tensor
+    lm_head: Optional[tf.Tensor] = None
 
 
 class T5Cache(NamedTuple):
     """Decoder self-attention KV cache, carried through the decode loop.
 
     Attributes:
-      keys: tuple over decoder layers of [B, max_length, H, d_kv] (compute dtype); slot j
-        holds the key of decoder position j of that row.
+      keys: tuple over decoder layers of [B, H, max_length, d_kv] (compute dtype); slot j
+        holds the key of decoder position j of that row. Head-major so that attention reads
+        the cache in place (see `t5_layers.attend`); a decode step writes only its window.
       values: same layout as `keys`.
     """
 
@@ -208,8 +217,8 @@ class T5(keras.Model):
           context: cross-attention keys/values and encoder mask.
           cache: None for the uncached path (keys are the window itself, L = W); else the KV
             cache with L = max_length slots.
-          write_indices: int32 [B, W, 2] (row, position) pairs where the window's keys and
-            values go, required with `cache`.
+          write_indices: int32 [B, H, W, 3] (row, head, position) triples where the window's
+            keys and values go, required with `cache`.
 
         Returns:
           (x float32 [B, W, D] before the final norm, updated T5Cache or None).
@@ -222,10 +231,12 @@ class T5(keras.Model):
             query = block.self_attention.query(h)
             keys, values = block.self_attention.keys_values(h)
             if cache is not None:
-                # Per-row write of the window at its positions. A scatter, not a
-                # dynamic_update_slice: rows sit at different positions, and one scatter
-                # with [row, position] indices is a single fixed-shape XLA op. Positions in
-                # a row are distinct, so no two updates hit the same slot.
+                # Per-row write of the window at its positions: keys [B, H, W, d_kv] go to
+                # slots (row, head, position). A scatter, not a dynamic_update_slice: rows
+                # sit at different positions, and one scatter is a single fixed-shape XLA
+                # op that updates the loop-carried cache buffer in place (its old value
+                # has no other reader). Positions in a row are distinct, so no two
+                # updates hit the same slot.
                 keys = tf.tensor_scatter_nd_update(cache.keys[i], write_indices, keys)
                 values = tf.tensor_scatter_nd_update(cache.values[i], write_indices, values)
                 new_keys.append(keys)
@@ -248,14 +259,28 @@ class T5(keras.Model):
         """float32 [B, T, D] -> float32 [B, T, D] after the final norm (HF last_hidden_state)."""
         return self.decoder_final_norm.normalize(x, tf.float32)
 
-    def logits_from_states(self, states: tf.Tensor) -> tf.Tensor:
+    def output_projection(self) -> tf.Tensor:
+        """float32 [D, V]: the LM head (tied models: `shared` transposed)."""
+        if self.lm_head is None:
+            return tf.transpose(tf.cast(self.shared, tf.float32))
+        return tf.cast(self.lm_head, tf.float32)
+
+    def logits_from_states(self, states: tf.Tensor,
+                           lm_head: Optional[tf.Tensor] = None) -> tf.Tensor:
         """LM head: float32 [B, T, D] final decoder states -> float32 [B, T, V] logits.
 
         v1.0 (tied): `(states * d_model**-0.5) @ shared.T`; v1.1/FLAN: `states @ lm_head`.
         The matmul runs in float32 whatever the model dtype.
+
+        Args:
+          states: float32 [B, T, D].
+          lm_head: float32 [D, V] from `output_projection` (the decode path passes the copy
+            its context holds); None reads the variables (differentiable training path).
         """
         if self._config.rescales_decoder_output:
             states = states * (self._config.d_model ** -0.5)
+        if lm_head is not None:
+            return tf.einsum("btd,dv->btv", states, lm_head)
         if self.lm_head is None:
             return tf.einsum("btd,vd->btv", states, tf.cast(self.shared, tf.float32))
         return tf.einsum("btd,dv->btv", states, tf.cast(self.lm_head, tf.float32))
@@ -294,10 +319,12 @@ class T5(keras.Model):
             x = x + tf.cast(block.ffn.transform(h), tf.float32)
         return self.encoder_final_norm.normalize(x, compute), encoder_mask
 
-    def _context(self, encoder_states: tf.Tensor, encoder_mask: tf.Tensor) -> T5Context:
+    def _context(self, encoder_states: tf.Tensor, encoder_mask: tf.Tensor,
+                 with_lm_head: bool = False) -> T5Context:
         pairs = [block.cross_attention.keys_values(encoder_states)
                  for block in self.decoder_blocks]
-        return T5Context(tuple(k for k, _ in pairs), tuple(v for _, v in pairs), encoder_mask)
+        return T5Context(tuple(k for k, _ in pairs), tuple(v for _, v in pairs), encoder_mask,
+                         self.output_projection() if with_lm_head else None)
 
     # ------------------------------------------------------------------------ uncached path
 
@@ -357,12 +384,13 @@ class T5(keras.Model):
           max_length: static int, decoder positions the cache holds.
 
         Returns:
-          (T5Context with cross-attention K/V of every decoder layer [B, S, H, d_kv] and the
-          encoder mask [B, S]; T5Cache of zeros [B, max_length, H, d_kv] per layer).
+          (T5Context with cross-attention K/V of every decoder layer [B, H, S, d_kv], the
+          encoder mask [B, S] and the float32 LM head [D, V]; T5Cache of zeros
+          [B, H, max_length, d_kv] per layer).
         """
-        context = self._context(*self.encode(prompt_ids, prompt_lengths))
+        context = self._context(*self.encode(prompt_ids, prompt_lengths), with_lm_head=True)
         batch = tf.shape(prompt_ids)[0]
-        shape = [batch, int(max_length), self._config.num_heads, self._config.d_kv]
+        shape = [batch, self._config.num_heads, int(max_length), self._config.d_kv]
         zeros = tuple(tf.zeros(shape, self.compute_dtype) for _ in self.decoder_blocks)
         return context, T5Cache(keys=zeros, values=tuple(tf.identity(z) for z in zeros))
 
@@ -384,13 +412,20 @@ class T5(keras.Model):
         positions = tf.convert_to_tensor(positions, tf.int32)
         # Static when traced with a static max_length (the loop's case), so the bias and
         # mask below have static shapes; falls back to the dynamic size otherwise.
-        key_length = cache.keys[0].shape[1] or tf.shape(cache.keys[0])[1]
-        rows = tf.broadcast_to(tf.range(tf.shape(ids)[0])[:, None], tf.shape(ids))
-        write_indices = tf.stack([rows, positions], axis=-1)  # [B, W, 2] (row, position)
+        key_length = cache.keys[0].shape[2] or tf.shape(cache.keys[0])[2]
+        batch, width = tf.shape(ids)[0], tf.shape(ids)[1]
+        heads = self._config.num_heads
+        # (row, head, position) of every [d_kv] vector the window writes: [B, H, W, 3].
+        grid = [batch, heads, width]
+        write_indices = tf.stack([
+            tf.broadcast_to(tf.range(batch)[:, None, None], grid),
+            tf.broadcast_to(tf.range(heads)[None, :, None], grid),
+            tf.broadcast_to(positions[:, None, :], grid)], axis=-1)
         bias, mask = self._decoder_bias(positions, key_length)
         x, cache = self._decoder_layers(self._embed(ids), bias, mask, context, cache,
                                         write_indices)
-        return self.logits_from_states(self._final_decoder_states(x)), cache
+        states = self._final_decoder_states(x)
+        return self.logits_from_states(states, context.lm_head), cache
 
     # ---------------------------------------------------------------------- checkpoint names
 

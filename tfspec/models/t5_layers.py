@@ -111,24 +111,30 @@ def attend(query: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
            bias: Optional[tf.Tensor], mask: tf.Tensor) -> tf.Tensor:
     """Multi-head attention core with additive bias and a boolean mask (no 1/sqrt(d) scale).
 
+    Every tensor is head-major ([B, H, ...]): the two dots then have their batch dimensions
+    (b, h) leading and contract the minor dimension, which is the layout XLA's dot emitters
+    take without a transpose. With the KV cache stored [B, H, L, d_kv] too, a decode step
+    reads the cache in place instead of transposing all of it (measured in
+    `bench.round_breakdown`).
+
     Args:
-      query: [B, W, H, d_kv] compute dtype.
-      keys: [B, L, H, d_kv] compute dtype.
-      values: [B, L, H, d_kv] compute dtype.
+      query: [B, H, W, d_kv] compute dtype.
+      keys: [B, H, L, d_kv] compute dtype.
+      values: [B, H, L, d_kv] compute dtype.
       bias: float32 broadcastable to [B, H, W, L], or None.
       mask: bool broadcastable to [B, H, W, L]; True = may attend.
 
     Returns:
-      [B, W, H, d_kv] in the dtype of `values`.
+      [B, H, W, d_kv] in the dtype of `values`.
     """
-    scores = tf.cast(tf.einsum("bwhd,blhd->bhwl", query, keys), tf.float32)
+    scores = tf.cast(tf.einsum("bhwd,bhld->bhwl", query, keys), tf.float32)
     if bias is not None:
         scores = scores + bias
     # tf.where (not an additive mask): masked slots get a fixed score whatever the stale cache
     # slot holds, so garbage keys beyond a row's length cannot leak through overflow.
     scores = tf.where(mask, scores, _MASKED_SCORE)
     probs = tf.nn.softmax(scores, axis=-1)
-    return tf.einsum("bhwl,blhd->bwhd", tf.cast(probs, values.dtype), values)
+    return tf.einsum("bhwl,bhld->bhwd", tf.cast(probs, values.dtype), values)
 
 
 def _activation(name: str) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -186,20 +192,24 @@ class T5Attention(keras.layers.Layer):
                 initializer=_initializer(rng, d_model ** -0.5))
 
     def _heads(self, x: tf.Tensor, kernel) -> tf.Tensor:
-        # [B, T, D] @ [D, H*d_kv] -> [B, T, H, d_kv]; -1 keeps the batch/time dims dynamic.
+        # [B, T, D] @ [D, H*d_kv] -> [B, T, H, d_kv] -> head-major [B, H, T, d_kv] (see
+        # `attend`); -1 keeps the batch/time dims dynamic. The transpose moves only the T
+        # new rows, never a cache.
         y = tf.einsum("btd,dk->btk", x, tf.cast(kernel, x.dtype))
-        return tf.reshape(y, tf.concat([tf.shape(y)[:2], [self.num_heads, self.d_kv]], 0))
+        y = tf.reshape(y, tf.concat([tf.shape(y)[:2], [self.num_heads, self.d_kv]], 0))
+        return tf.transpose(y, [0, 2, 1, 3])
 
     def query(self, x: tf.Tensor) -> tf.Tensor:
-        """[B, T, D] -> [B, T, H, d_kv]."""
+        """[B, T, D] -> [B, H, T, d_kv]."""
         return self._heads(x, self.q)
 
     def keys_values(self, x: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """[B, T, D] -> ([B, T, H, d_kv], [B, T, H, d_kv])."""
+        """[B, T, D] -> ([B, H, T, d_kv], [B, H, T, d_kv])."""
         return self._heads(x, self.k), self._heads(x, self.v)
 
     def project_output(self, heads: tf.Tensor) -> tf.Tensor:
-        """[B, T, H, d_kv] -> [B, T, D]."""
+        """[B, H, T, d_kv] -> [B, T, D]."""
+        heads = tf.transpose(heads, [0, 2, 1, 3])  # [B, T, H, d_kv]
         flat = tf.reshape(heads, tf.concat([tf.shape(heads)[:2], [-1]], 0))
         return tf.einsum("btk,kd->btd", flat, tf.cast(self.o, heads.dtype))
 

@@ -66,7 +66,7 @@ def test_one_token_at_a_time_matches_forward(model):
     prompt_ids, lengths, decoder_ids = _batch(1, target_len=24)
     ref = model.forward(prompt_ids, lengths, decoder_ids).numpy()
     context, cache = model.prepare(prompt_ids, lengths, max_length=24)
-    assert cache.keys[0].shape == (3, 24, 4, 8)
+    assert cache.keys[0].shape == (3, 4, 24, 8)  # [B, H, max_length, d_kv]
     steps = []
     for t in range(24):
         logits, cache = model.decode(context, cache, decoder_ids[:, t:t + 1],
