@@ -50,3 +50,26 @@ def test_sample_categorical_frequencies():
     out = sampling.sample_categorical(tf.constant(np.tile(probs, (30000, 1)), tf.float32),
                                       tf.constant(u, tf.float32)).numpy()
     np.testing.assert_allclose(np.bincount(out, minlength=3) / 30000, probs, atol=1e-3)
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.3, 0.5, 0.8, 0.95, 0.999])
+@pytest.mark.parametrize("concentration", [0.05, 0.5, 5.0])
+def test_nucleus_cutoff_equals_the_sorted_definition(top_p, concentration):
+    rng = np.random.RandomState(int(top_p * 1000) + int(concentration * 10))
+    probs = rng.dirichlet(np.full(257, concentration), size=64).astype(np.float32)
+    probs[:8, :16] = probs[:8, :1]  # Ties, including at the cutoff.
+    probs[8:12, 100:] = 0.0         # Impossible tokens.
+    probs /= probs.sum(axis=1, keepdims=True)
+    probs = tf.constant(probs)
+    fast = sampling.nucleus_cutoff(probs, top_p).numpy()
+    slow = sampling.nucleus_cutoff_by_sort(probs, top_p).numpy()
+    # Both are entries of probs; they may differ only where float rounding of the two
+    # summation orders straddles top_p, which these draws do not hit.
+    np.testing.assert_array_equal(fast, slow)
+    assert np.isin(fast, probs.numpy()).all()
+
+
+def test_nucleus_cutoff_keeps_the_argmax_even_for_tiny_top_p():
+    probs = tf.constant([[0.1, 0.7, 0.2], [1 / 3, 1 / 3, 1 / 3]])
+    cutoff = sampling.nucleus_cutoff(probs, 1e-6).numpy()
+    np.testing.assert_allclose(cutoff[:, 0], [0.7, 1 / 3], rtol=1e-6)
