@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import tfspec
+from tfspec import generation
 from tfspec.models.ngram import NGram
 from tfspec.models.prompt_lookup import PromptLookup
 
@@ -74,3 +75,10 @@ def test_one_trace_per_shape_bucket():
     # A longer prompt moves to the next bucket: one more trace.
     tfspec.generate(target, [[1] * 9], seed=0, **kwargs)
     assert fn.experimental_get_tracing_count() == 2
+
+
+@pytest.mark.parametrize("width,bucket", [(1, 8), (8, 8), (9, 12), (12, 12), (13, 16),
+                                          (17, 24), (25, 32), (33, 48), (49, 64), (65, 96),
+                                          (236, 256), (309, 384), (385, 512), (513, 768)])
+def test_prompt_buckets_are_powers_of_two_and_their_midpoints(width, bucket):
+    assert generation.prompt_bucket(width) == bucket
