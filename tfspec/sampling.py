@@ -108,14 +108,6 @@ def nucleus_cutoff(probs: tf.Tensor, top_p: float) -> tf.Tensor:
     return tf.bitcast(hi, tf.float32)
 
 
-def nucleus_cutoff_by_sort(probs: tf.Tensor, top_p: float) -> tf.Tensor:
-    """`nucleus_cutoff` by sorting (the textbook form; kept as the reference in tests)."""
-    sorted_probs = tf.math.top_k(probs, k=probs.shape[-1], sorted=True).values
-    mass_before = tf.cumsum(sorted_probs, axis=-1, exclusive=True)
-    kept = mass_before < top_p
-    return tf.reduce_min(tf.where(kept, sorted_probs, 2.0), axis=-1, keepdims=True)
-
-
 def sample_categorical(probs: tf.Tensor, uniforms: tf.Tensor) -> tf.Tensor:
     """Inverse-CDF draw: one token per distribution from one uniform.
 
