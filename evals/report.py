@@ -17,8 +17,9 @@ section 6) and writes `REPORT_DIR/report.md` with its figures next to it:
   summary.json: the report bootstraps the per-problem pass rates of `examples.jsonl`
   (2000 resamples over problems, fixed seed) and applies the same overlap rule; without
   examples.jsonl only the point estimates are shown. BLEU has no bounds: not judged.
-* Table and figure "Recommended draft length": `evals.walltime.optimal_k` at the measured
-  alpha and c, with the predicted speed-up curve against k and the measured points.
+* Table and figure "Recommended draft length": `evals.walltime.calibrated_optimal_k` at the
+  measured alpha and the measured round costs (the formula's `optimal_k` beside it), with
+  the formula's and the calibrated speed-up curves against k and the measured points.
 * Per-position acceptance: the fraction of rounds whose i-th drafted token was accepted,
   beside alpha**i (what independent acceptances with mean alpha would give).
 * From a K sweep (`sweep.json`), the figure of Chen et al. Figure 1: mean sequence time with
@@ -44,6 +45,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from evals import published
+from evals import summary as summary_lib
 from evals import walltime
 
 EXIT_USAGE = 2
@@ -219,6 +221,26 @@ def recommended_k(alpha: Optional[float], c: Optional[float],
     return walltime.optimal_k(alpha, c, k_max=k_max)
 
 
+def calibrated_k(run: "Run", entry: Optional[Mapping[str, Any]],
+                 k_max: int = 16) -> Optional[int]:
+    """`walltime.calibrated_optimal_k` at the measured alpha and the run's measured round
+    costs (None without a calibration that measured rounds)."""
+    alpha, _ = alpha_and_c(entry)
+    cost = summary_lib.round_cost(run.summary.get("calibration"))
+    if alpha is None or cost is None:
+        return None
+    tokens = summary_lib.tokens_per_request((entry or {}).get("latency"))
+    return walltime.calibrated_optimal_k(alpha, cost, k_max=k_max, tokens_per_request=tokens)
+
+
+def calibrated_at(run: "Run", entry: Optional[Mapping[str, Any]],
+                  k: Optional[int]) -> Optional[float]:
+    """The calibrated speed-up of `entry`'s alpha and the run's costs at another k."""
+    if k is None:
+        return None
+    return summary_lib.calibrated_speedup(entry or {}, k, run.summary.get("calibration"))
+
+
 def loop_time_ms(entry: Mapping[str, Any], k: int) -> Optional[float]:
     """Mean time of one loop (one target call) in ms: ms/token x tokens per round."""
     ms = _num((entry.get("latency") or {}).get("ms_per_token"))
@@ -301,24 +323,27 @@ def leviathan_table(runs: Sequence[Run]) -> str:
     """Markdown table in the layout of Leviathan et al. Table 2, published rows beside."""
     header = ("source", "task", "target", "draft", "temperature", "k", "alpha",
               "acceptance rate", "c", "speed-up (measured)", "speed-up (formula)",
-              "measured / formula")
+              "measured / formula", "speed-up (calibrated)", "measured / calibrated")
     rows = []
     for run, entry in _speculative_entries(runs):
         alpha, c = alpha_and_c(entry)
         measured = _num(run.summary.get("speedup"))
         predicted = _num(entry.get("predicted_speedup"))
         ratio = measured / predicted if measured is not None and predicted else None
+        calibrated = _num(entry.get("calibrated_speedup"))
+        calibrated_ratio = (measured / calibrated if measured is not None and calibrated
+                            else None)
         rows.append((f"ours: {run.name}", run.task, _short_model(run.summary.get("target")),
                      _short_model(run.summary.get("draft")), fmt(run.temperature, 1),
                      str(run.summary.get("k")), fmt(alpha), fmt(
                          (entry.get("acceptance") or {}).get("acceptance_rate")),
                      fmt(c, 3), fmt(measured, 2, "x"), fmt(predicted, 2, "x"),
-                     fmt(ratio, 2)))
+                     fmt(ratio, 2), fmt(calibrated, 2, "x"), fmt(calibrated_ratio, 2)))
         row = published.match_leviathan(run.task, run.temperature, run.summary.get("draft"))
         if row:
             rows.append((f"published: {row.source}", row.task, row.target, row.draft,
                          fmt(row.temperature, 1), str(row.k), fmt(row.alpha), DASH, DASH,
-                         fmt(row.speedup, 1, "x"), DASH, DASH))
+                         fmt(row.speedup, 1, "x"), DASH, DASH, DASH, DASH))
     if not rows:
         return "_No speculative run in the given run directories._"
     return _table(header, rows)
@@ -372,18 +397,28 @@ def chen_table(runs: Sequence[Run]) -> str:
 
 
 def recommendation_table(runs: Sequence[Run]) -> str:
-    """Measured alpha and c, the recommended k and the predicted speed-ups."""
-    header = ("run", "alpha", "c", "k of the run", "formula speed-up at run k",
-              "recommended k (optimal_k)", "formula speed-up at recommended k")
+    """Measured alpha and costs, the recommended k and the predicted speed-ups.
+
+    The recommendation is the calibrated model's (measured round costs); the formula's own
+    optimum is listed beside it, as the formula assumes a verify that costs one step.
+    """
+    header = ("run", "alpha", "c", "k of the run", "calibrated speed-up at run k",
+              "recommended k (calibrated)", "calibrated speed-up at recommended k",
+              "formula's optimal_k", "formula speed-up at its optimal_k")
     rows = []
     for run, entry in _speculative_entries(runs):
         alpha, c = alpha_and_c(entry)
         k = int(run.summary.get("k") or 0)
-        best = recommended_k(alpha, c)
-        at_k = walltime.predicted_speedup(alpha, k, c) if best is not None else None
-        at_best = walltime.predicted_speedup(alpha, best, c) if best is not None else None
-        rows.append((run.name, fmt(alpha), fmt(c, 3), str(k), fmt(at_k, 2, "x"),
-                     DASH if best is None else str(best), fmt(at_best, 2, "x")))
+        best = calibrated_k(run, entry)
+        formula_best = recommended_k(alpha, c)
+        at_formula_best = (walltime.predicted_speedup(alpha, formula_best, c)
+                           if formula_best is not None else None)
+        rows.append((run.name, fmt(alpha), fmt(c, 3), str(k),
+                     fmt(calibrated_at(run, entry, k), 2, "x"),
+                     DASH if best is None else str(best),
+                     fmt(calibrated_at(run, entry, best), 2, "x"),
+                     DASH if formula_best is None else str(formula_best),
+                     fmt(at_formula_best, 2, "x")))
     if not rows:
         return "_No speculative run._"
     return _table(header, rows)
@@ -429,16 +464,19 @@ def sweep_rows(run: Run) -> List[Dict[str, Any]]:
             "loop_ms": loop_time_ms(entry, k),
             "speedup": _num(entry.get("speedup")),
             "predicted": 1.0 if k == 0 else _num(entry.get("predicted_speedup")),
+            "calibrated": 1.0 if k == 0 else _num(entry.get("calibrated_speedup")),
         })
     return out
 
 
 def sweep_table(run: Run) -> str:
-    header = ("K", "ms/token", "speed-up (measured)", "speed-up (formula)", "alpha",
+    header = ("K", "ms/token", "speed-up (measured)", "speed-up (formula)",
+              "speed-up (calibrated)", "alpha",
               "acceptance rate", "loop time (ms)", "seq time mean ± std (s)",
               "p50 (s)", "p90 (s)", "p99 (s)")
     rows = [(str(r["k"]), fmt(r["ms_per_token"], 3), fmt(r["speedup"], 2, "x"),
-             fmt(r["predicted"], 2, "x"), fmt(r["alpha"]), fmt(r["acceptance_rate"]),
+             fmt(r["predicted"], 2, "x"), fmt(r["calibrated"], 2, "x"), fmt(r["alpha"]),
+             fmt(r["acceptance_rate"]),
              fmt(r["loop_ms"], 3), f"{fmt(r['seq_mean_s'], 4)} ± {fmt(r['seq_std_s'], 4)}",
              fmt(r["p50_s"], 4), fmt(r["p90_s"], 4), fmt(r["p99_s"], 4))
             for r in sweep_rows(run)]
@@ -535,7 +573,8 @@ def speedup_figure(run: Run, path: str) -> Optional[str]:
     if alpha is None or c is None:
         return None
     plt = _pyplot()
-    best = recommended_k(alpha, c)
+    calibrated_best = calibrated_k(run, entry)
+    best = recommended_k(alpha, c) if calibrated_best is None else calibrated_best
     measured = [(r["k"], r["speedup"]) for r in sweep_rows(run) if r["speedup"] is not None]
     if not measured and _num(run.summary.get("speedup")) is not None:
         measured = [(int(run.summary.get("k") or 0), float(run.summary["speedup"]))]
@@ -544,6 +583,9 @@ def speedup_figure(run: Run, path: str) -> Optional[str]:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(ks, [walltime.predicted_speedup(alpha, k, c) for k in ks], "-o", markersize=4,
             label=f"formula (alpha={alpha:.2f}, c={c:.3f})")
+    if calibrated_best is not None:
+        ax.plot(ks, [calibrated_at(run, entry, k) for k in ks], "-^", markersize=4,
+                label="calibrated (measured round costs)")
     if measured:
         ax.plot([k for k, _ in measured], [s for _, s in measured], "s", markersize=8,
                 color="tab:red", label="measured")
@@ -659,8 +701,11 @@ def build_report(runs: Sequence[Run], out_dir: str) -> str:
         "",
         "## Recommended draft length",
         "",
-        "`evals.walltime.optimal_k(alpha, c)`: the k that maximises the formula at the "
-        "measured alpha and c (0 means speculation does not pay).",
+        "`evals.walltime.calibrated_optimal_k`: the k that maximises the calibrated model "
+        "(the formula's tokens per round at the measured alpha, with the round, step and "
+        "per-request costs the run's calibration measured; 0 means speculation does not "
+        "pay). The formula's `optimal_k(alpha, c)` is beside it: it assumes a verify that "
+        "costs one target step and no per-round work.",
         "",
         recommendation_table(runs),
         "",

@@ -15,6 +15,10 @@ Conventions:
   k, with alpha = the measured `beta_mean` (the exact per-position overlap
   sum_x min(p, q), whose expectation is the paper's alpha) and c = the measured
   `draft_cost_ratio`.
+* `calibrated_speedup` = the calibrated walltime model (`evals.walltime.calibrated_speedup`)
+  at the run's k and alpha, with the round, step and fixed costs measured by the run's
+  calibration (`pipelines.generation`) and the run's mean tokens per request; None without
+  a calibration that measured round costs.
 * Metrics that cannot be computed are None (JSON null).
 """
 
@@ -53,6 +57,47 @@ def predicted_speedup(acceptance: Optional[Mapping[str, Any]], k: int,
     return walltime.predicted_speedup(min(max(alpha, 0.0), 1.0), k, c)
 
 
+def round_cost(calibration: Optional[Mapping[str, Any]]) -> Optional[walltime.RoundCost]:
+    """The `walltime.RoundCost` of a calibration record, None if it measured no rounds."""
+    calibration = calibration or {}
+    target_step = _finite(calibration.get("target_step_s"))
+    rounds = {int(k): _finite(v) for k, v in (calibration.get("round_s") or {}).items()}
+    rounds = {k: v for k, v in rounds.items() if v is not None and v > 0}
+    if target_step is None or target_step <= 0 or not rounds:
+        return None
+    try:
+        return walltime.fit_round_cost(
+            target_step, rounds, draft_step_s=_finite(calibration.get("draft_step_s")),
+            ar_fixed_s=_finite(calibration.get("ar_fixed_s")) or 0.0,
+            spec_fixed_s=_finite(calibration.get("spec_fixed_s")) or 0.0)
+    except ValueError:
+        return None
+
+
+def tokens_per_request(latency: Optional[Mapping[str, Any]]) -> Optional[float]:
+    """Mean generated tokens per sequence, from the latency summary."""
+    latency = latency or {}
+    ms, tokens = _finite(latency.get("ms_per_token")), _finite(latency.get("num_tokens"))
+    seq_s = _finite(latency.get("seq_time_mean_s"))
+    if not ms or not tokens or not seq_s:
+        return None
+    return tokens / (ms * tokens / 1000.0 / seq_s)
+
+
+def calibrated_speedup(metrics: Mapping[str, Any], k: int,
+                       calibration: Optional[Mapping[str, Any]]) -> Optional[float]:
+    """The calibrated model at (alpha = beta_mean, k), None if an input is missing."""
+    alpha = _finite((metrics.get("acceptance") or {}).get("beta_mean"))
+    cost = round_cost(calibration)
+    if alpha is None or cost is None:
+        return None
+    try:
+        return walltime.calibrated_speedup(min(max(alpha, 0.0), 1.0), k, cost,
+                                           tokens_per_request(metrics.get("latency")))
+    except ValueError:
+        return None
+
+
 def speedup(baseline_latency: Optional[Mapping[str, Any]],
             latency: Optional[Mapping[str, Any]]) -> Optional[float]:
     """Baseline ms/token / this run's ms/token (None if either is unknown or zero)."""
@@ -64,15 +109,16 @@ def speedup(baseline_latency: Optional[Mapping[str, Any]],
 
 
 def run_entry(k: int, metrics: Mapping[str, Any],
-              draft_cost_ratio: Optional[float]) -> dict:
-    """One `runs.*` entry: quality and latency, plus acceptance and the prediction if k > 0."""
+              calibration: Optional[Mapping[str, Any]]) -> dict:
+    """One `runs.*` entry: quality and latency, plus acceptance and the predictions if k > 0."""
     entry = {"quality": dict(metrics.get("quality") or {}),
              "latency": metrics.get("latency")}
     if k > 0:
+        c = (calibration or {}).get("draft_cost_ratio")
         entry["acceptance"] = metrics.get("acceptance")
-        entry["draft_cost_ratio"] = _finite(draft_cost_ratio)
-        entry["predicted_speedup"] = predicted_speedup(metrics.get("acceptance"), k,
-                                                       draft_cost_ratio)
+        entry["draft_cost_ratio"] = _finite(c)
+        entry["predicted_speedup"] = predicted_speedup(metrics.get("acceptance"), k, c)
+        entry["calibrated_speedup"] = calibrated_speedup(metrics, k, calibration)
     return entry
 
 
@@ -95,11 +141,10 @@ def build_summary(header: Mapping[str, Any], modes: Sequence[Tuple[str, int]],
       and `speedup`.
     """
     summary: Dict[str, Any] = {key: header.get(key) for key in HEADER_KEYS}
-    c = (calibration or {}).get("draft_cost_ratio")
     runs = {}
     for mode, k in modes:
         if mode in (records.SPECULATIVE, records.AUTOREGRESSIVE, records.COMPLETIONS):
-            runs[mode] = run_entry(k, metrics.get(mode, {}), c)
+            runs[mode] = run_entry(k, metrics.get(mode, {}), calibration)
     summary["runs"] = runs
     summary["speedup"] = speedup(runs.get(records.AUTOREGRESSIVE, {}).get("latency"),
                                  runs.get(records.SPECULATIVE, {}).get("latency"))
@@ -121,7 +166,6 @@ def build_sweep(modes: Sequence[Tuple[str, int]], metrics: Mapping[str, Mapping[
       calibration: the draft cost measurement.
       ks: the Ks to list (default: all of `modes`).
     """
-    c = (calibration or {}).get("draft_cost_ratio")
     by_k = {k: mode for mode, k in modes}
     wanted = sorted(by_k if ks is None else set(ks) & set(by_k))
     baseline = metrics.get(by_k.get(0), {}).get("latency") if 0 in by_k else None
@@ -129,7 +173,27 @@ def build_sweep(modes: Sequence[Tuple[str, int]], metrics: Mapping[str, Mapping[
     for k in wanted:
         mode = by_k[k]
         entry = {"k": k, "mode": mode}
-        entry.update(run_entry(k, metrics.get(mode, {}), c))
+        entry.update(run_entry(k, metrics.get(mode, {}), calibration))
         entry["speedup"] = speedup(baseline, entry["latency"]) if 0 in by_k else None
         entries.append(entry)
     return entries
+
+
+def why_line(summary: Mapping[str, Any]) -> Optional[str]:
+    """One line that says why the measured speed-up differs from the formula's.
+
+    The formula charges a round k draft steps plus one target step; the calibration measures
+    what a round really costs here, e.g. "rounds at k=4 cost 4.40 ms, not the formula's
+    2.83 ms: the verify and the round's fixed work cost 1.53 target steps, not 1".
+    """
+    k = summary.get("k")
+    calibration = summary.get("calibration") or {}
+    cost = round_cost(calibration)
+    c, draft_step = (_finite(calibration.get("draft_cost_ratio")),
+                     _finite(calibration.get("draft_step_s")))
+    if not isinstance(k, int) or k <= 0 or cost is None or c is None or draft_step is None:
+        return None
+    formula_ms = 1000.0 * cost.target_step_s * (1.0 + k * c)
+    return (f"why: rounds at k={k} cost {1000.0 * cost.round_s(k):.2f} ms here, not the "
+            f"formula's {formula_ms:.2f} ms; the verify and the round's fixed work cost "
+            f"{cost.verify_in_target_steps(k, draft_step):.2f} target steps, not 1")

@@ -12,6 +12,7 @@ cancellation near it.
 """
 
 import math
+from typing import Mapping, NamedTuple, Optional
 
 import numpy as np
 
@@ -64,4 +65,117 @@ def optimal_k(a: float, c: float, k_max: int = 32) -> int:
     if int(k_max) != k_max or k_max < 0:
         raise ValueError(f"k_max must be an integer >= 0, got {k_max}")
     speedups = [predicted_speedup(a, k, c) for k in range(int(k_max) + 1)]
+    return int(np.argmax(speedups))
+
+
+# --------------------------------------------------------------------- calibrated model
+#
+# The formula above assumes a round costs k draft steps plus ONE target step and nothing
+# else. On real hardware the (k + 1)-wide verify costs more than a one-token step (on
+# XLA:CPU about 1.5 steps at k = 4), every round has fixed work (acceptance, commit, loop
+# control), and every request pays for the encoders once. The calibrated model keeps the
+# formula's expected tokens per round and replaces its costs by measured ones:
+#
+#     round_s(k)      = round_intercept_s + round_per_k_s * k     (fit over measured k)
+#     time(N tokens)  = fixed_s + (N / E[tokens per round]) * round_s(k)   (speculative)
+#     time(N tokens)  = ar_fixed_s + N * target_step_s                     (autoregressive)
+#     speed-up        = time_autoregressive / time_speculative
+#
+# With fixed costs 0, round_intercept_s = target_step_s and round_per_k_s = c *
+# target_step_s, it is exactly `predicted_speedup`.
+
+
+class RoundCost(NamedTuple):
+    """Measured decode costs of one target/draft pair (seconds).
+
+    Attributes:
+      target_step_s: one autoregressive target step (per token).
+      round_intercept_s: round time at k = 0 of the linear fit round_s(k) = a + b k.
+      round_per_k_s: the fit's slope: what one more drafted token adds to a round.
+      ar_fixed_s: per-request cost of autoregressive decoding outside the steps (encoder,
+        call overhead); 0 if unknown.
+      spec_fixed_s: the same for speculative decoding (both encoders); 0 if unknown.
+    """
+
+    target_step_s: float
+    round_intercept_s: float
+    round_per_k_s: float
+    ar_fixed_s: float = 0.0
+    spec_fixed_s: float = 0.0
+
+    def round_s(self, k: int) -> float:
+        """Time of one speculative round drafting k tokens."""
+        return self.round_intercept_s + self.round_per_k_s * k
+
+    def verify_in_target_steps(self, k: int, draft_step_s: float) -> float:
+        """Round time minus k draft steps, in target steps (the formula assumes 1)."""
+        return (self.round_s(k) - k * draft_step_s) / self.target_step_s
+
+
+def fit_round_cost(target_step_s: float, round_s_by_k: Mapping[int, float],
+                   draft_step_s: Optional[float] = None, ar_fixed_s: float = 0.0,
+                   spec_fixed_s: float = 0.0) -> RoundCost:
+    """Least-squares line through measured round times.
+
+    Args:
+      target_step_s: measured autoregressive target step.
+      round_s_by_k: k -> measured seconds per round (k >= 1).
+      draft_step_s: measured draft step; the slope when only one k was measured.
+      ar_fixed_s, spec_fixed_s: measured per-request fixed costs.
+
+    Raises:
+      ValueError: no positive target step or round time, or one k and no draft step.
+    """
+    ks = sorted(int(k) for k in round_s_by_k)
+    times = [float(round_s_by_k[k]) for k in ks]
+    if not (math.isfinite(target_step_s) and target_step_s > 0):
+        raise ValueError(f"target_step_s must be finite and > 0, got {target_step_s}")
+    if not ks or any(k < 1 for k in ks) or not all(math.isfinite(t) and t > 0
+                                                    for t in times):
+        raise ValueError(f"need round times > 0 at k >= 1, got {dict(round_s_by_k)}")
+    if len(ks) == 1:
+        if draft_step_s is None or not math.isfinite(draft_step_s):
+            raise ValueError("one measured k needs draft_step_s for the slope")
+        slope = max(float(draft_step_s), 0.0)
+        intercept = times[0] - slope * ks[0]
+    else:
+        slope, intercept = np.polyfit(np.asarray(ks, np.float64),
+                                      np.asarray(times, np.float64), 1)
+        slope = max(float(slope), 0.0)  # More drafting never makes a round cheaper.
+        intercept = float(np.mean(times) - slope * np.mean(ks))
+    return RoundCost(float(target_step_s), float(intercept), slope,
+                     max(float(ar_fixed_s), 0.0), max(float(spec_fixed_s), 0.0))
+
+
+def calibrated_speedup(a: float, k: int, cost: RoundCost,
+                       tokens_per_request: Optional[float] = None) -> float:
+    """Predicted speed-up from measured costs (see the calibrated model above).
+
+    Args:
+      a: acceptance rate alpha.
+      k: drafted tokens per round; 0 gives 1.
+      cost: the measured `RoundCost`.
+      tokens_per_request: mean generated tokens per request, to charge the fixed costs;
+        None leaves them out (the long-generation limit).
+    """
+    _check(a, k)
+    if k == 0:
+        return 1.0
+    round_s = cost.round_s(k)
+    if round_s <= 0:
+        raise ValueError(f"calibrated round time at k={k} is {round_s} s; refit the cost")
+    tokens_per_round = expected_tokens_per_round(a, k)
+    if tokens_per_request is None:
+        return tokens_per_round * cost.target_step_s / round_s
+    n = float(tokens_per_request)
+    return ((cost.ar_fixed_s + n * cost.target_step_s)
+            / (cost.spec_fixed_s + n / tokens_per_round * round_s))
+
+
+def calibrated_optimal_k(a: float, cost: RoundCost, k_max: int = 32,
+                         tokens_per_request: Optional[float] = None) -> int:
+    """The k in [0, k_max] with the highest calibrated speed-up (smallest on ties)."""
+    _check(a, 0)
+    speedups = [calibrated_speedup(a, k, cost, tokens_per_request)
+                for k in range(int(k_max) + 1)]
     return int(np.argmax(speedups))

@@ -51,6 +51,14 @@ t is the fastest of `reps` timed calls (interference on a shared machine only ev
 time, so the minimum estimates the intrinsic cost best). Draft and target calls alternate,
 after an untimed warm-up of each shape. c = draft step / target step; None (with a note)
 when noise leaves no positive target slope (tiny models, whose steps take microseconds).
+
+The calibrated prediction (`evals.walltime.calibrated_speedup`) needs what a speculative round
+really costs here: the same calibration decodes the prompt speculatively at
+`calibration_ks(modes)` (the smallest, the largest and the run's k) to the same two lengths;
+a round's time is (t(n2) - t(n1)) / (rounds(n2) - rounds(n1)), `round_s[k]`. The
+per-request fixed costs (encoders, call overhead) are what the short call spends beyond its
+steps: `ar_fixed_s` = t_target(n1) - n1 x target step, `spec_fixed_s` = the median over ks
+of t(n1) - rounds(n1) x round_s[k].
 """
 
 import contextlib
@@ -310,7 +318,34 @@ class Generator:
                 max(steps["draft"], 0.0), steps["target"])
         except ValueError as e:  # Timing noise left no positive target slope.
             record["note"] = _one_line(e)
+            return record
+        record["ar_fixed_s"] = max(
+            min(times[("target", lengths[0])]) - lengths[0] * steps["target"], 0.0)
+        record.update(self._round_costs(prompts, keys, width, lengths, reps, args))
         return record
+
+    def _round_costs(self, prompts, keys, width, lengths, reps, args) -> dict:
+        """Measured seconds per speculative round at the calibration ks (see "calibrated
+        prediction" in the module docstring) and the speculative per-request fixed cost."""
+        round_s, fixed_s = {}, []
+        for k in calibration_ks(args["modes"]):
+            best, rounds = {}, {}
+            for n in lengths:
+                for _ in range(reps):
+                    gen, seconds = self._timed(
+                        ("calibrate", "speculative", k, width, n, _static_args(args)),
+                        lambda k=k, n=n: self._call(self.models.target, prompts, keys, k,
+                                                    args, max_new_tokens=n, eos_id=None))
+                    best[n] = min(best.get(n, float("inf")), seconds)
+                    rounds[n] = int(gen.stats.rounds[0])
+            extra_rounds = rounds[lengths[1]] - rounds[lengths[0]]
+            if extra_rounds <= 0:
+                continue
+            round_s[str(k)] = (best[lengths[1]] - best[lengths[0]]) / extra_rounds
+            fixed_s.append(best[lengths[0]] - rounds[lengths[0]] * round_s[str(k)])
+        if not round_s:
+            return {}
+        return {"round_s": round_s, "spec_fixed_s": max(float(np.median(fixed_s)), 0.0)}
 
 
 class TfspecModelHandler(base.ModelHandler):
@@ -360,6 +395,18 @@ class TfspecModelHandler(base.ModelHandler):
 
     def __repr__(self) -> str:
         return f"TfspecModelHandler({self._spec})"
+
+
+def calibration_ks(modes: Sequence[Sequence[Any]]) -> List[int]:
+    """The ks whose round cost the calibration measures: the smallest, the largest and the
+    speculative run's k among the run's modes (at most three; more add time, not accuracy,
+    as round time is close to linear in k)."""
+    ks = sorted({int(k) for _, k in modes if int(k) > 0})
+    if not ks:
+        return []
+    chosen = {ks[0], ks[-1]}
+    chosen.update(int(k) for m, k in modes if m == records.SPECULATIVE and int(k) > 0)
+    return sorted(chosen)
 
 
 def _static_args(args: Mapping[str, Any]) -> tuple:

@@ -22,6 +22,7 @@ from apache_beam.options import pipeline_options as beam_options
 
 from evals import datasources
 from evals import provenance
+from evals import summary as summary_lib
 from evals import run_plan
 from evals import run_spec as run_spec_lib
 from evals import tasks
@@ -245,10 +246,15 @@ def describe(output_dir: str, summary: dict) -> str:
         if accept.get("acceptance_rate") is not None:
             parts.append(f"acceptance {accept['acceptance_rate']:.3f}")
         if entry.get("predicted_speedup") is not None:
-            parts.append(f"predicted speed-up {entry['predicted_speedup']:.2f}x")
+            parts.append(f"formula speed-up {entry['predicted_speedup']:.2f}x")
+        if entry.get("calibrated_speedup") is not None:
+            parts.append(f"calibrated speed-up {entry['calibrated_speedup']:.2f}x")
         lines.append("; ".join(parts))
     if summary.get("speedup") is not None:
         lines.append(f"  measured speed-up {summary['speedup']:.2f}x")
+    why = summary_lib.why_line(summary)
+    if why:
+        lines.append(f"  {why}")
     if summary.get("num_failed"):
         lines.append(f"  {summary['num_failed']} failed (see {outputs.DEAD_LETTER}; "
                      f"--resume retries them)")

@@ -41,7 +41,8 @@ def _table(sections, prefix):
 
 
 def _write_run(directory, task, temperature, top_p=1.0, k=4, quality=None,
-               base_quality=None, sweep_ks=None, alpha=0.8, c=0.05, draft="hf://x/t5-small"):
+               base_quality=None, sweep_ks=None, alpha=0.8, c=0.05, draft="hf://x/t5-small",
+               round_s=None):
     """A synthetic run directory built with evals.summary (the real summary writer)."""
     ms = {0: 10.0, 1: 7.0, 2: 5.5, 3: 5.0, 4: 4.0, 5: 4.5}
 
@@ -65,10 +66,13 @@ def _write_run(directory, task, temperature, top_p=1.0, k=4, quality=None,
     header.update(task=task, k=k, target="hf://x/t5-11b", draft=draft, seed=0,
                   sampling={"temperature": temperature, "top_k": 0, "top_p": top_p},
                   num_examples=10, num_samples=1)
-    calibration = {"draft_cost_ratio": c}
+    calibration = {"draft_cost_ratio": c, "target_step_s": 0.01, "draft_step_s": 0.01 * c}
+    if round_s:
+        calibration["round_s"] = {str(kk): v for kk, v in round_s.items()}
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary_lib.build_summary(header, modes, met, calibration), f)
+        json.dump(summary_lib.build_summary(header, modes, met, calibration,
+                                            {"calibration": calibration}), f)
     if sweep_ks:
         with open(os.path.join(directory, "sweep.json"), "w", encoding="utf-8") as f:
             json.dump(summary_lib.build_sweep(modes, met, calibration), f)
@@ -135,7 +139,8 @@ def test_recorded_sweep_table_and_figures(recorded_report):
 def test_published_rows_and_recommendation(tmp_path):
     lev_dir = _write_run(str(tmp_path / "ende_t0"), "wmt_ende", 0.0, k=5,
                          quality={"bleu": 20.0}, base_quality={"bleu": 20.5},
-                         sweep_ks=(0, 1, 2, 3, 4, 5), alpha=0.75, c=0.05)
+                         sweep_ks=(0, 1, 2, 3, 4, 5), alpha=0.75, c=0.05,
+                         round_s={1: 0.016, 5: 0.020})
     disagree = _write_run(str(tmp_path / "xsum_greedy"), "xsum", 0.0, k=4,
                           quality={"rouge2": 10.0, "rouge2_low": 9.0, "rouge2_high": 11.0},
                           base_quality={"rouge2": 15.0, "rouge2_low": 14.0,
@@ -158,12 +163,19 @@ def test_published_rows_and_recommendation(tmp_path):
         "– (no bounds)"}
     assert any(r["quality"] == "rouge2 15.7" and r["source"].startswith("published")
                for r in chen)
+    assert ours["measured / calibrated"] != "–"
     rec = {r["run"]: r for r in _table(sections, "Recommended draft length")}
-    assert rec["ende_t0"]["recommended k (optimal_k)"] == str(walltime.optimal_k(0.75, 0.05,
-                                                                                 16))
-    assert rec["xsum_greedy"]["recommended k (optimal_k)"] == "1"   # 1.6 / 1.5 > 1 at k = 1
-    assert rec["xsum_greedy"]["formula speed-up at run k"] == (
-        f"{walltime.predicted_speedup(0.6, 4, 0.5):.2f}x")
+    assert rec["ende_t0"]["formula's optimal_k"] == str(walltime.optimal_k(0.75, 0.05, 16))
+    # Rounds of 15 ms + 1 ms per drafted token (10 ms target steps) and 128 tokens per
+    # request: the calibrated model prefers a shorter draft than the formula (k = 9 there).
+    cost = walltime.RoundCost(0.01, 0.015, 0.001)
+    best = walltime.calibrated_optimal_k(0.75, cost, 16, tokens_per_request=128)
+    assert best < walltime.optimal_k(0.75, 0.05, 16)
+    assert rec["ende_t0"]["recommended k (calibrated)"] == str(best)
+    assert rec["ende_t0"]["calibrated speed-up at recommended k"] == (
+        f"{walltime.calibrated_speedup(0.75, best, cost, 128):.2f}x")
+    assert rec["xsum_greedy"]["formula's optimal_k"] == "1"   # 1.6 / 1.5 > 1 at k = 1
+    assert rec["xsum_greedy"]["recommended k (calibrated)"] == "–"   # no rounds measured
     pos = _table(sections, "Per-position acceptance")
     measured = next(r for r in pos if r["run"] == "ende_t0" and r["measured / alpha^i"]
                     == "measured")

@@ -55,3 +55,40 @@ def test_sweep_entries():
     assert sweep[1]["predicted_speedup"] == pytest.approx(walltime.predicted_speedup(0.8, 2, 0.1))
     no_baseline = summary_lib.build_sweep(MODES[1:], METRICS, None)
     assert [e["speedup"] for e in no_baseline] == [None, None]
+
+
+CALIBRATION = {"draft_cost_ratio": 0.1, "target_step_s": 0.002, "draft_step_s": 0.0002,
+               "round_s": {"2": 0.0031, "4": 0.0035}, "ar_fixed_s": 0.01,
+               "spec_fixed_s": 0.012}
+
+
+def _with_sequences(metrics, tokens_per_sequence):
+    latency = dict(metrics["latency"])
+    latency["seq_time_mean_s"] = latency["ms_per_token"] * tokens_per_sequence / 1000.0
+    return dict(metrics, latency=latency)
+
+
+def test_calibrated_speedup_in_summary_and_sweep():
+    metrics = {mode: _with_sequences(m, 5) for mode, m in METRICS.items()}
+    out = summary_lib.build_summary(HEADER, MODES, metrics, CALIBRATION)
+    cost = walltime.RoundCost(0.002, 0.0027, 0.0002, 0.01, 0.012)
+    assert summary_lib.tokens_per_request(metrics["speculative"]["latency"]) == (
+        pytest.approx(5.0))
+    assert out["runs"]["speculative"]["calibrated_speedup"] == pytest.approx(
+        walltime.calibrated_speedup(0.8, 4, cost, tokens_per_request=5.0))
+    sweep = summary_lib.build_sweep(MODES, metrics, CALIBRATION)
+    assert sweep[1]["calibrated_speedup"] == pytest.approx(
+        walltime.calibrated_speedup(0.8, 2, cost, tokens_per_request=5.0))
+    # Without measured rounds (older runs, or no draft) there is no calibrated prediction.
+    old = summary_lib.build_summary(HEADER, MODES, metrics, {"draft_cost_ratio": 0.1})
+    assert old["runs"]["speculative"]["calibrated_speedup"] is None
+
+
+def test_why_line_names_the_round_cost():
+    summary = {"k": 4, "calibration": CALIBRATION}
+    line = summary_lib.why_line(summary)
+    # Round 3.5 ms; the formula's 2 ms x (1 + 4 x 0.1) = 2.8 ms; (3.5 - 0.8) / 2 = 1.35.
+    assert line == ("why: rounds at k=4 cost 3.50 ms here, not the formula's 2.80 ms; the "
+                    "verify and the round's fixed work cost 1.35 target steps, not 1")
+    assert summary_lib.why_line({"k": 0, "calibration": CALIBRATION}) is None
+    assert summary_lib.why_line({"k": 4, "calibration": {"draft_cost_ratio": 0.1}}) is None

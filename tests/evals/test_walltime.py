@@ -54,3 +54,55 @@ def test_draft_cost_ratio():
 def test_rejects_bad_arguments(a, k, c):
     with pytest.raises(ValueError):
         walltime.predicted_speedup(a, k, c)
+
+
+@pytest.mark.parametrize("a, k, c", [(0.8, 4, 0.05), (0.6, 1, 0.3), (1.0, 7, 0.1),
+                                     (0.0, 3, 0.2)])
+def test_calibrated_is_the_formula_under_its_premises(a, k, c):
+    # A round of k draft steps plus one target step, no fixed costs: the formula exactly.
+    step = 0.002
+    cost = walltime.RoundCost(step, step, c * step)
+    assert walltime.calibrated_speedup(a, k, cost) == pytest.approx(
+        walltime.predicted_speedup(a, k, c))
+    assert walltime.calibrated_speedup(a, k, cost, tokens_per_request=100) == pytest.approx(
+        walltime.predicted_speedup(a, k, c))
+    assert walltime.calibrated_speedup(a, 0, cost) == 1.0
+
+
+def test_calibrated_costly_verify_and_fixed_costs():
+    a, k, step = 0.8, 4, 0.002
+    ideal = walltime.RoundCost(step, step, 0.1 * step)
+    costly = ideal._replace(round_intercept_s=1.5 * step)   # the verify costs 1.5 steps
+    assert walltime.calibrated_speedup(a, k, costly) == pytest.approx(
+        walltime.predicted_speedup(a, k, 0.1) * 1.4 / 1.9)
+    # Per-request fixed costs (encoders) pull the speed-up towards 1 for short requests.
+    fixed = costly._replace(ar_fixed_s=0.05, spec_fixed_s=0.06)
+    short = walltime.calibrated_speedup(a, k, fixed, tokens_per_request=16)
+    long = walltime.calibrated_speedup(a, k, fixed, tokens_per_request=10_000)
+    assert 1.0 < short < long < walltime.calibrated_speedup(a, k, costly)
+    # A fixed per-round cost is amortised by longer drafts; a costlier drafted token
+    # (a verify that widens with k) makes shorter drafts pay.
+    assert walltime.calibrated_optimal_k(a, costly) > walltime.optimal_k(a, 0.1)
+    steep = ideal._replace(round_per_k_s=0.2 * step)
+    assert walltime.calibrated_optimal_k(a, steep) < walltime.optimal_k(a, 0.1)
+    assert walltime.calibrated_optimal_k(a, ideal) == walltime.optimal_k(a, 0.1)
+
+
+@pytest.mark.parametrize("ks", [(1, 4, 8), (2, 5), (1, 2, 3, 4, 5, 6, 7, 8)])
+def test_fit_round_cost_recovers_a_line(ks):
+    cost = walltime.fit_round_cost(0.002, {k: 0.003 + 0.0004 * k for k in ks})
+    assert cost.round_intercept_s == pytest.approx(0.003)
+    assert cost.round_per_k_s == pytest.approx(0.0004)
+    assert cost.verify_in_target_steps(4, draft_step_s=0.0002) == pytest.approx(
+        (0.003 + 0.0016 - 0.0008) / 0.002)
+
+
+def test_fit_round_cost_one_k_uses_the_draft_step():
+    cost = walltime.fit_round_cost(0.002, {4: 0.005}, draft_step_s=0.0003)
+    assert cost.round_s(4) == pytest.approx(0.005)
+    assert cost.round_per_k_s == pytest.approx(0.0003)
+    with pytest.raises(ValueError, match="draft_step_s"):
+        walltime.fit_round_cost(0.002, {4: 0.005})
+    for bad in [{}, {0: 0.004}, {4: -1.0}]:
+        with pytest.raises(ValueError):
+            walltime.fit_round_cost(0.002, bad, draft_step_s=0.0003)

@@ -73,7 +73,8 @@ def test_humaneval_run_writes_the_contract_files(pair, tmp_path):
     assert set(runs) == {"speculative", "autoregressive"}
     assert set(runs["autoregressive"]) == {"quality", "latency"}
     assert set(runs["speculative"]) == {"quality", "latency", "acceptance",
-                                        "draft_cost_ratio", "predicted_speedup"}
+                                        "draft_cost_ratio", "predicted_speedup",
+                                        "calibrated_speedup"}
     for run in runs.values():
         assert run["quality"] == {"pass@1": 0.0}  # Random weights pass nothing.
         assert tuple(run["latency"]) == latency.KEYS

@@ -130,6 +130,22 @@ def test_calibration_record(spec, make_items):
     assert np.isfinite(record["draft_step_s"]) and np.isfinite(record["target_step_s"])
     c = record["draft_cost_ratio"]
     assert (c is not None and c >= 0) or "note" in record
+    if c is not None:  # Round costs at the speculative ks of the run's modes.
+        ks = generation.calibration_ks(_args()["modes"])
+        assert sorted(record["round_s"], key=int) == [str(k) for k in ks]
+        assert all(v > 0 for v in record["round_s"].values())
+        assert record["ar_fixed_s"] >= 0 and record["spec_fixed_s"] >= 0
+
+
+@pytest.mark.parametrize("modes, expected", [
+    ([("autoregressive", 0), ("speculative", 4)], [4]),
+    ([("autoregressive", 0)], []),
+    ([("autoregressive", 0), ("speculative_k1", 1), ("speculative_k2", 2),
+      ("speculative", 4), ("speculative_k8", 8)], [1, 4, 8]),
+    ([("speculative_k3", 3), ("speculative_k6", 6), ("speculative", 5)], [3, 5, 6]),
+])
+def test_calibration_ks(modes, expected):
+    assert generation.calibration_ks(modes) == expected
 
 
 def test_through_run_inference_in_a_test_pipeline(spec, make_items):
