@@ -169,3 +169,6 @@ def test_transformers_side_runs():
     assisted = next(r for r in result["records"] if r["mode"] == "assisted")
     assert assisted["ms_per_token"] > 0 and 0 <= assisted["tv_first_token"] <= 1
     assert assisted["exact_probs_max_abs_diff_vs_tfspec"] < 1e-4
+    hf_ar = next(r for r in result["records"]
+                 if r["implementation"] == "transformers" and r["mode"] == "autoregressive")
+    assert hf_ar["greedy_tokens_compared"] > 0 and hf_ar["greedy_rows_differing"] == 0
