@@ -31,8 +31,9 @@ EXTRAS_REQUIRE = {
     "tpu": ["tensorflow-tpu>=2.21,<2.22"],
     # Loaders for public datasets (XSum, CNN/DailyMail, WMT) when a network is available.
     "data": ["tensorflow-datasets>=4.9", "datasets>=2.18"],
-    # Peers for bench.peers (optional): transformers' PyTorch T5.
-    "peers": ["torch", "transformers"],
+    # Peers for bench.peers (optional): transformers' PyTorch T5 and CTranslate2 (keras-hub,
+    # the third peer, is an install requirement already).
+    "peers": ["torch", "transformers", "ctranslate2>=4.0"],
 }
 
 setuptools.setup(

@@ -8,6 +8,8 @@ repeats, tv_prompt, tv_samples, tv_max_new_tokens, seed`; RESULT gets
 
     versions            torch / transformers versions
     ar_ms_per_token     greedy `generate` of the target, batch 1, ms per emitted token
+    ar_rows             its greedy tokens per prompt (after the decoder start, up to and
+                        including the first EOS)
     assisted_ms_per_token   greedy assisted generation (`assistant_model=draft`,
                         `num_assistant_tokens=k`, constant schedule), ms per emitted token
     first_token_counts  counts over vocab of the first token of `tv_samples` sampled assisted
@@ -40,6 +42,12 @@ def _count_tokens(sequences, eos_id, pad_id):
     return total
 
 
+def _emitted(sequence, eos_id):
+    """The ids of one generated row after the decoder start, up to and including EOS."""
+    row = sequence.tolist()[1:]
+    return row[:row.index(eos_id) + 1] if eos_id in row else row
+
+
 def main(request_path, result_path):
     import torch
     import transformers
@@ -57,11 +65,15 @@ def main(request_path, result_path):
     common = dict(max_new_tokens=int(req["max_new_tokens"]), do_sample=False, num_beams=1,
                   top_k=None, top_p=None, temperature=None)
 
+    ar_rows = []
+
     def ar():
         tokens = 0
+        ar_rows.clear()
         for prompt in req["prompts"]:
             out = target.generate(torch.tensor([prompt]), **common)
             tokens += _count_tokens(out, eos_id, pad_id)
+            ar_rows.append(_emitted(out[0], eos_id))
         return tokens
 
     def assisted():
@@ -88,7 +100,7 @@ def main(request_path, result_path):
     result = {"versions": {"torch": torch.__version__,
                            "transformers": transformers.__version__},
               "ar_ms_per_token": ar_ms, "assisted_ms_per_token": assisted_ms,
-              "ar_tokens": tokens[0], "assisted_tokens": tokens[1]}
+              "ar_tokens": tokens[0], "assisted_tokens": tokens[1], "ar_rows": ar_rows}
 
     if int(req.get("tv_samples", 0)) > 0:
         prompt = torch.tensor([req["tv_prompt"]])

@@ -1,18 +1,37 @@
-"""tfspec against other implementations on the same weights and prompts (optional extra).
+"""tfspec against other implementations on the same weights and prompts (optional extras).
 
-Side by side at batch 1, greedy, over the same prompts:
+Side by side at batch 1, greedy, over the same prompts and the same exported weights (the
+target written once with `tfspec.save_model(..., dtype="float32")`, every peer loading that
+directory):
 
-    tfspec  ar / spec                      our loop, k = 0 and k (interleaved)
-    transformers  ar / assisted            `T5ForConditionalGeneration.generate` on our
-                                           checkpoints exported with `tfspec.save_model`,
-                                           without and with `assistant_model=draft`
+    tfspec  ar / spec                      our loop, k = 0 and k
+    ctranslate2  float32 / int8            CTranslate2's `Translator` (greedy, beam 1) on the
+                                           target converted from the export
+                                           (bench/ctranslate2_peer.py; int8 = CTranslate2's
+                                           weight quantization at load)
+    keras-hub  autoregressive              keras-hub's own `T5Seq2SeqLM.generate` (greedy
+                                           sampler, XLA) on a `T5Backbone` filled from the
+                                           export (bench/keras_hub_peer.py)
+    transformers  ar / assisted            `T5ForConditionalGeneration.generate` on the
+                                           export, without and with `assistant_model=draft`
                                            (`num_assistant_tokens=k`, constant schedule)
     keras-hub  SpeculativeSampler          run when keras-hub can drive a T5 with it;
                                            otherwise the reason is printed
 
-    ms_per_token    wall time per emitted token (each implementation interleaves its own
-                    baseline and speculative calls; the two run in separate processes, so
-                    compare their ratios before their absolute numbers)
+    ms_per_token    wall time per emitted token. tfspec, CTranslate2 and keras-hub run in this
+                    process and are timed interleaved (one round-robin over all of them, so a
+                    slow spell of a shared machine hits all alike); transformers runs in its
+                    own process and interleaves its own two modes, so compare its ratios
+                    before its absolute numbers
+    tfspec_speedup_over_this        this row's ms/token over tfspec's in the same mode
+                    (autoregressive against tfspec autoregressive, assisted against tfspec
+                    speculative): > 1 means tfspec is faster
+    tfspec_spec_speedup_over_this   this row's ms/token over tfspec speculative's
+    greedy_rows_differing / greedy_tokens_differing   the row's greedy tokens against tfspec
+                    autoregressive's, prompt by prompt: rows with any difference, and
+                    positions that differ (a missing or extra token counts as one) out of
+                    `greedy_tokens_compared`. Expected 0 for float32 peers; int8 may differ
+                    (reported, not asserted)
 
 and, for sampled decoding (temperature 1, no top-k/top-p), the exactness check:
 
@@ -23,11 +42,16 @@ and, for sampled decoding (temperature 1, no top-k/top-p), the exactness check:
 
 on a toy pair (`--tv_target/--tv_draft`, tiny random T5s by default).
 
-transformers runs in `--hf_python` (default: this interpreter) as a subprocess
-(bench/_hf_peer.py), so it can live in its own virtualenv. Without torch/transformers there
-it prints "skipped: install tfspec[peers]" and exits 0.
+Each peer is optional (`--peers` picks them). One that is not installed is reported as a
+skipped row with the pip command that installs it; the rest still run. transformers runs in
+`--hf_python` (default: this interpreter) as a subprocess (bench/_hf_peer.py), so it can live
+in its own virtualenv; without torch/transformers there it prints "skipped: install
+tfspec[peers]". CTranslate2 needs `pip install ctranslate2` (in tfspec[peers]); keras-hub is
+a tfspec requirement.
 
     python -m bench.peers --k 4 --json runs/bench/peers.json
+    python -m bench.peers --peers ctranslate2,keras-hub --num_prompts 2 \\
+        --max_new_tokens 8 --repeats 1 --tv_samples 0
     python -m bench.peers --target random:t5-small:num_layers=2 \\
         --draft random:t5-small:num_layers=1 --hf_python /tmp/hfenv/bin/python \\
         --num_prompts 2 --max_new_tokens 16 --repeats 1 --tv_samples 200
@@ -46,14 +70,18 @@ from typing import Optional, Sequence
 import numpy as np
 
 import tfspec
+from bench import ctranslate2_peer
+from bench import keras_hub_peer
 from bench import models as bench_models
 from bench import timing
 
 SKIP_MESSAGE = "skipped: install tfspec[peers] (torch and transformers) to compare with peers"
 TINY_TV_TARGET = "random:t5-small:vocab_size=64,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_heads=4"
 TINY_TV_DRAFT = "random:t5-small:vocab_size=64,d_model=16,d_kv=8,d_ff=32,num_layers=1,num_heads=2"
-COLUMNS = ["implementation", "mode", "k", "ms_per_token", "speedup", "tv_first_token",
-           "tv_noise_floor", "note"]
+PEERS = ("transformers", "ctranslate2", "keras-hub")
+COLUMNS = ["implementation", "mode", "dtype", "k", "ms_per_token", "speedup",
+           "tfspec_speedup_over_this", "tfspec_spec_speedup_over_this", "greedy_rows_differing",
+           "greedy_tokens_differing", "tv_first_token", "tv_noise_floor", "note"]
 
 
 def _parse_args(argv=None):
@@ -70,13 +98,20 @@ def _parse_args(argv=None):
     parser.add_argument("--tv_samples", type=int, default=2000,
                         help="speculative samples per implementation for the TV check "
                              "(0 disables it)")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help=f"comma-separated peers to run beside tfspec, of {', '.join(PEERS)}")
     parser.add_argument("--hf_python", default=sys.executable,
                         help="python with torch + transformers (e.g. a venv's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default="")
     parser.add_argument("--eager", action="store_true",
                         help="run tfspec eagerly (quick checks only; timings meaningless)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = [p for p in args.peers if p not in PEERS]
+    if unknown:
+        parser.error(f"--peers: unknown {', '.join(unknown)}; choose from {', '.join(PEERS)}")
+    return args
 
 
 def hf_available(python: str) -> bool:
@@ -139,30 +174,93 @@ def ours_first_token_counts(target, draft, prompt, k: int, samples: int, seed: i
     return np.bincount(gen.tokens[:, 0], minlength=target.vocab_size)
 
 
-def _ours_timing(target, draft, prompts, k, max_new_tokens, repeats, jit_compile):
+def greedy_diff(reference_rows, rows) -> dict:
+    """How far greedy `rows` are from `reference_rows` (lists of token ids, prompt by prompt).
+
+    A position differs when the tokens differ or only one row has it (one ended earlier).
+    """
+    rows_differing = tokens_differing = compared = 0
+    for reference, row in zip(reference_rows, rows):
+        width = max(len(reference), len(row))
+        differing = sum(1 for i in range(width)
+                        if i >= len(reference) or i >= len(row) or reference[i] != row[i])
+        compared += width
+        tokens_differing += differing
+        rows_differing += int(differing > 0)
+    return {"greedy_rows_differing": rows_differing, "greedy_rows_compared": len(reference_rows),
+            "greedy_tokens_differing": tokens_differing, "greedy_tokens_compared": compared}
+
+
+def _tfspec_decode_fn(target, draft, k, max_new_tokens, jit_compile):
+    """Greedy batch-1 decoding of each prompt in turn (as transformers does) -> rows of ids."""
     greedy = tfspec.Sampling(temperature=0.0)
 
-    def call(kk, d):
-        def fn():
-            tokens = 0
-            for prompt in prompts:  # Batch 1, one prompt at a time, as transformers does.
-                gen = tfspec.generate(target, [prompt], draft=d, k=kk, sampling=greedy,
-                                      max_new_tokens=max_new_tokens,
-                                      jit_compile=jit_compile)
-                tokens += int(np.sum(gen.lengths))
-            return tokens
-        return fn
-
-    (ar_s, spec_s), (ar_tokens, spec_tokens) = timing.interleaved_runs(
-        [call(0, None), call(k, draft)], repeats)
-    return 1e3 * ar_s / max(1, ar_tokens), 1e3 * spec_s / max(1, spec_tokens)
+    def decode(prompts):
+        rows = []
+        for prompt in prompts:
+            gen = tfspec.generate(target, [prompt], draft=draft, k=k, sampling=greedy,
+                                  max_new_tokens=max_new_tokens, jit_compile=jit_compile)
+            rows.append(gen.row_tokens(0))
+        return rows
+    return decode
 
 
-def _run_hf(hf_python, target, draft, tv_target, tv_draft, prompts, k, max_new_tokens,
+def _skipped(implementation: str, message: str) -> dict:
+    return {"implementation": implementation, "mode": "-", "note": message}
+
+
+def _in_process_peers(names, target_dir, workdir, prompts, max_new_tokens):
+    """(decoders, skipped records) of the peers that run in this process.
+
+    Each decoder is (record, decode_fn): decode_fn(prompts) -> greedy rows of ids. A peer that
+    is not installed, or cannot hold the checkpoint, becomes a record with a note instead.
+    """
+    decoders, skipped = [], []
+    if "ctranslate2" in names:
+        reason = ctranslate2_peer.available()
+        if reason:
+            skipped.append(_skipped("ctranslate2", f"skipped: {reason}; install it with "
+                                                   f"{ctranslate2_peer.INSTALL_HINT}"))
+        else:
+            try:
+                model_dir = ctranslate2_peer.convert(target_dir, os.path.join(workdir, "ct2"))
+                for compute_type in ctranslate2_peer.COMPUTE_TYPES:
+                    decoder = ctranslate2_peer.Ct2Decoder(model_dir, compute_type,
+                                                          max_new_tokens)
+                    decoders.append(({"implementation": "ctranslate2", "mode": "autoregressive",
+                                      "dtype": compute_type, "k": 0}, decoder.greedy))
+            except (ValueError, RuntimeError, OSError) as e:
+                skipped.append(_skipped("ctranslate2", f"failed: {' '.join(str(e).split())}"))
+    if "keras-hub" in names:
+        reason = keras_hub_peer.available()
+        if reason:
+            skipped.append(_skipped("keras-hub", f"skipped: {reason}; install it with "
+                                                 f"{keras_hub_peer.INSTALL_HINT}"))
+        else:
+            try:
+                decoder = keras_hub_peer.KerasHubDecoder(
+                    target_dir, max(len(p) for p in prompts), max_new_tokens)
+                decoders.append(({"implementation": "keras-hub", "mode": "autoregressive",
+                                  "dtype": "float32", "k": 0}, decoder.greedy))
+            except (ValueError, RuntimeError, OSError) as e:
+                skipped.append(_skipped("keras-hub", f"failed: {' '.join(str(e).split())}"))
+    return decoders, skipped
+
+
+def peer_versions(names) -> dict:
+    """Versions of the installed in-process peers among `names`."""
+    versions = {}
+    if "ctranslate2" in names and not ctranslate2_peer.available():
+        versions["ctranslate2"] = ctranslate2_peer.version()
+    if "keras-hub" in names and not keras_hub_peer.available():
+        versions["keras_hub"] = keras_hub_peer.version()
+    return versions
+
+
+def _run_hf(hf_python, target_dir, draft, tv_target, tv_draft, prompts, k, max_new_tokens,
             repeats, tv_prompt, tv_samples, seed, workdir):
-    dirs = {}
-    for name, model in (("target", target), ("draft", draft)):
-        dirs[name] = tfspec.save_model(model, os.path.join(workdir, name), dtype="float32")
+    dirs = {"target": target_dir,
+            "draft": tfspec.save_model(draft, os.path.join(workdir, "draft"), dtype="float32")}
     request = {"target_dir": dirs["target"], "draft_dir": dirs["draft"], "prompts": prompts,
                "max_new_tokens": max_new_tokens, "k": k, "repeats": repeats,
                "tv_samples": 0, "seed": seed}
@@ -194,47 +292,75 @@ def _run_hf(hf_python, target, draft, tv_target, tv_draft, prompts, k, max_new_t
 def run(target, draft, prompts, k: int, max_new_tokens: int, repeats: int,
         tv_target=None, tv_draft=None, tv_samples: int = 0, tv_prompt_length: int = 8,
         hf_python: Optional[str] = None, seed: int = 0,
-        jit_compile: Optional[bool] = True) -> dict:
+        jit_compile: Optional[bool] = True, peers: Sequence[str] = PEERS) -> dict:
     """Side-by-side records (see the module docstring).
 
-    `hf_python` None or without torch/transformers: the transformers rows are replaced by one
-    skipped row and `skipped` is set.
+    `peers`: which of `PEERS` to run. A peer that is not installed gets one skipped record
+    (with the pip command) instead of its rows, and is listed in `skipped_peers`;
+    `hf_python` None or without torch/transformers skips transformers and also sets
+    `skipped`.
     """
     prompts = [list(p) for p in prompts]
-    records = []
-    ar_ms, spec_ms = _ours_timing(target, draft, prompts, k, max_new_tokens, repeats,
-                                   jit_compile)
-    records.append({"implementation": "tfspec", "mode": "autoregressive", "k": 0,
-                    "ms_per_token": ar_ms, "speedup": 1.0})
-    ours_spec = {"implementation": "tfspec", "mode": "speculative", "k": k,
-                 "ms_per_token": spec_ms, "speedup": ar_ms / spec_ms}
-    records.append(ours_spec)
+    peers = list(peers)
+    with tempfile.TemporaryDirectory() as workdir:
+        # One export, read by every peer: they all decode the same float32 weights.
+        target_dir = tfspec.save_model(target, os.path.join(workdir, "target"),
+                                       dtype="float32")
+        peer_decoders, records_skipped = _in_process_peers(peers, target_dir, workdir, prompts,
+                                                           max_new_tokens)
+        ours_ar = {"implementation": "tfspec", "mode": "autoregressive", "dtype": "float32",
+                   "k": 0}
+        ours_spec = {"implementation": "tfspec", "mode": "speculative", "dtype": "float32",
+                     "k": k}
+        decoders = [(ours_ar, _tfspec_decode_fn(target, None, 0, max_new_tokens, jit_compile)),
+                    (ours_spec, _tfspec_decode_fn(target, draft, k, max_new_tokens,
+                                                  jit_compile))] + peer_decoders
+        seconds, rows = timing.interleaved_runs(
+            [lambda fn=fn: fn(prompts) for _, fn in decoders], repeats)
+        timed = []
+        for (record, _), secs, record_rows in zip(decoders, seconds, rows):
+            tokens = sum(len(r) for r in record_rows)
+            record["ms_per_token"] = 1e3 * secs / max(1, tokens)
+            record["tokens"] = tokens
+            if record is not ours_ar:  # tfspec autoregressive is the reference.
+                record.update(greedy_diff(rows[0], record_rows))
+            timed.append(record)
+        ar_ms = ours_ar["ms_per_token"]
+        ours_ar["speedup"] = 1.0
+        ours_spec["speedup"] = ar_ms / ours_spec["ms_per_token"]
+        records = timed[:2]
 
-    tv_prompt = None
-    if tv_samples > 0:
-        rng = np.random.RandomState(seed)
-        tv_prompt = rng.randint(3, tv_target.vocab_size, size=tv_prompt_length).tolist()
-        probs = exact_first_token_probs(tv_target, tv_prompt)
-        counts = ours_first_token_counts(tv_target, tv_draft, tv_prompt, k, tv_samples, seed,
-                                         jit_compile)
-        ours_spec["tv_first_token"] = tv_distance(counts, probs)
-        ours_spec["tv_noise_floor"] = tv_noise_floor(probs, tv_samples, seed=seed)
+        tv_prompt = None
+        if tv_samples > 0:
+            rng = np.random.RandomState(seed)
+            tv_prompt = rng.randint(3, tv_target.vocab_size, size=tv_prompt_length).tolist()
+            probs = exact_first_token_probs(tv_target, tv_prompt)
+            counts = ours_first_token_counts(tv_target, tv_draft, tv_prompt, k, tv_samples,
+                                             seed, jit_compile)
+            ours_spec["tv_first_token"] = tv_distance(counts, probs)
+            ours_spec["tv_noise_floor"] = tv_noise_floor(probs, tv_samples, seed=seed)
 
-    skipped = None
-    hf = None
-    if hf_python is None or not hf_available(hf_python):
-        skipped = SKIP_MESSAGE
-        print(skipped, flush=True)
-        records.append({"implementation": "transformers", "mode": "-", "note": skipped})
-    else:
-        with tempfile.TemporaryDirectory() as workdir:
-            hf = _run_hf(hf_python, target, draft, tv_target, tv_draft, prompts, k,
-                         max_new_tokens, repeats, tv_prompt, tv_samples, seed, workdir)
+        skipped = None
+        hf = None
+        if "transformers" in peers:
+            if hf_python is None or not hf_available(hf_python):
+                skipped = SKIP_MESSAGE
+                print(skipped, flush=True)
+                records.append({"implementation": "transformers", "mode": "-",
+                                "note": skipped})
+            else:
+                hf = _run_hf(hf_python, target_dir, draft, tv_target, tv_draft, prompts, k,
+                             max_new_tokens, repeats, tv_prompt, tv_samples, seed, workdir)
+    if hf:
         timing_result = hf["timing"]
-        records.append({"implementation": "transformers", "mode": "autoregressive", "k": 0,
-                        "ms_per_token": timing_result["ar_ms_per_token"], "speedup": 1.0})
-        hf_spec = {"implementation": "transformers", "mode": "assisted", "k": k,
-                   "ms_per_token": timing_result["assisted_ms_per_token"],
+        hf_ar = {"implementation": "transformers", "mode": "autoregressive",
+                 "dtype": "float32", "k": 0, "ms_per_token": timing_result["ar_ms_per_token"],
+                 "speedup": 1.0}
+        if "ar_rows" in timing_result:
+            hf_ar.update(greedy_diff(rows[0], timing_result["ar_rows"]))
+        records.append(hf_ar)
+        hf_spec = {"implementation": "transformers", "mode": "assisted", "dtype": "float32",
+                   "k": k, "ms_per_token": timing_result["assisted_ms_per_token"],
                    "speedup": timing_result["ar_ms_per_token"]
                    / timing_result["assisted_ms_per_token"]}
         if "tv" in hf:
@@ -244,15 +370,24 @@ def run(target, draft, prompts, k: int, max_new_tokens: int, repeats: int,
             hf_spec["exact_probs_max_abs_diff_vs_tfspec"] = float(
                 np.max(np.abs(np.asarray(hf_probs) - probs)))
         records.append(hf_spec)
-    records.append({"implementation": "keras-hub", "mode": "SpeculativeSampler", "k": k,
-                    "note": keras_hub_status()})
+    records.extend(timed[2:])
+    records.extend(records_skipped)
+    if "keras-hub" in peers:
+        records.append({"implementation": "keras-hub", "mode": "SpeculativeSampler", "k": k,
+                        "note": keras_hub_status()})
     for record in records:
         if "ms_per_token" in record and record["implementation"] != "tfspec":
             record["tfspec_speedup_over_this"] = record["ms_per_token"] / (
                 ours_spec["ms_per_token"] if record["mode"] != "autoregressive" else ar_ms)
+            record["tfspec_spec_speedup_over_this"] = (record["ms_per_token"]
+                                                       / ours_spec["ms_per_token"])
+    skipped_peers = {r["implementation"]: r["note"] for r in records
+                     if r.get("mode") == "-"}
     return {"k": k, "batch_size": 1, "max_new_tokens": max_new_tokens, "repeats": repeats,
-            "tv_samples": tv_samples, "skipped": skipped,
+            "num_prompts": len(prompts), "tv_samples": tv_samples, "peers": peers,
+            "skipped": skipped, "skipped_peers": skipped_peers,
             "transformers_versions": hf["timing"]["versions"] if hf else None,
+            "peer_versions": peer_versions(peers),
             "machine": platform.processor() or platform.machine(), "records": records}
 
 
@@ -266,10 +401,12 @@ def main(argv=None):
         tv_target, tv_draft = bench_models.load_pair(args.tv_target, args.tv_draft)
     result = run(target, draft, prompts, args.k, args.max_new_tokens, args.repeats, tv_target,
                  tv_draft, args.tv_samples, hf_python=args.hf_python, seed=args.seed,
-                 jit_compile=None if args.eager else True)
-    rows = [dict(r, note=(r["note"][:40] + "...") if len(r.get("note") or "") > 40
-                 else r.get("note", "")) for r in result["records"]]
-    timing.print_table(rows, COLUMNS)
+                 jit_compile=None if args.eager else True, peers=args.peers)
+    rows = [{c: "" if r.get(c) is None else r[c] for c in COLUMNS} for r in result["records"]]
+    for row in rows:
+        row["note"] = row["note"][:40] + "..." if len(row["note"]) > 40 else row["note"]
+    # Columns no row fills (e.g. the TV pair with --tv_samples 0) are left out of the table.
+    timing.print_table(rows, [c for c in COLUMNS if any(r[c] != "" for r in rows)])
     for record in result["records"]:
         if record.get("note"):
             print(f"{record['implementation']}: {record['note']}")
