@@ -23,7 +23,8 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
-    "test": ["pytest>=8", "pytest-xdist>=3.5"],
+    # ctranslate2: the bench.peers tests convert and decode with it (CPU wheel, no torch).
+    "test": ["pytest>=8", "pytest-xdist>=3.5", "ctranslate2>=4.0"],
     "dev": ["pytest>=8", "pytest-xdist>=3.5", "ruff"],
     # Dataflow workers: the GCP connectors of Beam (gs:// file systems, Dataflow runner).
     "dataflow": ["apache-beam[gcp]>=2.77"],
