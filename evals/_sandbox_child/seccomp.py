@@ -15,7 +15,7 @@ bounds or outlive a check, and the kernel interfaces no generated function needs
   `ptrace`, modules, kexec, swap, reboot, file handles.
 
 Any other architecture (x32 calls on x86-64, 32-bit calls) is refused too. libseccomp is
-not used so that the sandbox needs nothing beyond Python; the program is 60-odd BPF
+not used so that the sandbox needs nothing beyond Python; the program is 85 BPF
 instructions and `build_program` is tested against the kernel in `tests/evals/`.
 """
 
