@@ -38,9 +38,17 @@ Timing (what `time_s` means):
   `batch_size` is the number of real rows. The real rows' `time_s` is then that of the
   padded call, as a server batching to a fixed size would see it.
 
-Determinism: a row's tokens depend only on (seed, prompt, row key) (`tfspec.generate`), and
-the row key is `evals.records.row_key(id, sample)`, so every field except `time_s` is the same
-whichever worker, batch or retry produces it.
+Determinism: a row's tokens depend on (seed, prompt, row key) and on the shape of the call it
+is decoded in (`tfspec.generate`: the kernels for one row and for many, and for different
+prompt widths, round differently, and at temperature > 0 a token near a CDF boundary can
+flip; measured on the embedded pair at T = 1, 64 tokens, 128 HumanEval prompts: 1-5 rows
+differ between batch sizes 1, 2, 8 and 32). So the call shape is fixed per row: a call always
+has `batch_size` rows (short batches padded, see "Timing") and holds only prompts of one
+prompt bucket (`_generate` splits a batch by bucket), which makes the shape (batch_size,
+bucket(prompt)) a function of the row alone. With fixed shapes a row does not depend on the
+rows beside it (same measurement, rows shuffled among batches of 8: 0 of 128 differ). The row
+key is `evals.records.row_key(id, sample)`, so every field except `time_s` is the same
+whichever worker, batch, resume or retry produces it.
 
 The draft cost ratio c (`_calibrate`, run for the one "calibrate" work item of a run): the
 draft and the target each decode the first example's prompt autoregressively (k = 0, EOS
@@ -253,6 +261,18 @@ class Generator:
         return result, time.perf_counter() - start
 
     def _generate(self, rows, mode, k, args) -> List[dict]:
+        """Records of `rows` in one mode: one padded call per prompt bucket (see
+        "Determinism": a row's call shape must not depend on the rows beside it)."""
+        by_bucket: Dict[int, list] = {}
+        for item in rows:
+            width = generation.prompt_bucket(len(self._encode(item.example.prompt)))
+            by_bucket.setdefault(width, []).append(item)
+        out = []
+        for width in sorted(by_bucket):
+            out.extend(self._generate_bucket(by_bucket[width], mode, k, args))
+        return out
+
+    def _generate_bucket(self, rows, mode, k, args) -> List[dict]:
         prompts = [self._encode(item.example.prompt) for item in rows]
         keys = [item.row_key for item in rows]
         # Pad a short batch to the compiled batch size (see "Timing") with copies of the last

@@ -133,7 +133,13 @@ def generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
       k: draft tokens per round.
       max_new_tokens: tokens to generate per row at most.
       sampling: `Sampling` applied identically to target and draft; default temperature 1.
-      seed: request seed. A row's tokens depend only on (seed, row content, row key).
+      seed: request seed. A row's tokens are a function of (seed, row content, row key) and
+        the call's shape (batch size, prompt bucket): the other rows' contents never change
+        them. Across shapes, kernels round differently (one row vs many, other prompt
+        widths), and at temperature > 0 a token whose uniform draw falls within rounding
+        of a CDF boundary can flip (embedded pair, T = 1, 64 tokens: 1-5 of 128 rows
+        differ between batch sizes 1, 2, 8 and 32). For bit-identical rows across
+        requests, decode at one batch size and bucket, as `pipelines.generation` does.
       eos_id: stop id; defaults to the target's; None disables stopping.
       row_keys: optional per-row integers for the random streams (default: row index).
       prompt_lengths: int [batch] when `prompts` is an array.

@@ -92,9 +92,10 @@ def test_compilation_is_not_timed(spec, make_items):
 
 
 def test_rows_reproduce_whatever_the_batch(spec, make_items):
-    """Per-row streams are keyed by (id, sample): batching and order change nothing."""
+    """Per-row streams are keyed by (id, sample) and call shapes are fixed per row (batch
+    size, the row's own prompt bucket): batching and order change nothing."""
     items = make_items(2, samples=2)
-    generator = generation.Generator(spec)
+    generator = generation.Generator(spec, batch_size=4)
     args = _args(SAMPLED, modes=[("speculative", 3)])
     alone = {}
     for item in items:
@@ -104,7 +105,7 @@ def test_rows_reproduce_whatever_the_batch(spec, make_items):
     assert len(batched) == len(alone)
     for r in batched:
         ref = alone[(r["id"], r["sample"], r["mode"])]
-        assert r["batch_size"] == len(items)
+        assert r["batch_size"] == 2  # Each call holds the two samples of one prompt.
         for field in ("raw_output", "num_tokens", "rounds", "accepted", "drafted",
                       "verified", "accepted_per_position"):
             assert r[field] == ref[field], field
@@ -254,3 +255,32 @@ def _check_embedded_records(rows, ids):
     accepted = sum(by_key[(i, "speculative")]["accepted"] for i in ids)
     assert drafted > 0 and accepted / drafted > 0.3
     return True
+
+
+def test_call_shape_is_a_function_of_the_row(spec, make_items, monkeypatch):
+    """A row is decoded in a call of `batch_size` rows of its own prompt bucket, whatever
+    rows share its batch (one- and many-row kernels, and prompt widths, round differently,
+    so a shape that depended on the companions could flip a sampled token)."""
+    generator = generation.Generator(spec, batch_size=3)
+    short = make_items(1)[0]
+    long_prompt = short.example.prompt + "\n" + "    x = compute(x)  # step\n" * 40
+    long = records.WorkItem(example=records.Example(id="long", source=long_prompt,
+                                                    prompt=long_prompt, reference=""), sample=0)
+    widths = {item.id: tf_generation.prompt_bucket(len(generator._encode(item.example.prompt)))
+              for item in (short, long)}
+    assert widths["long"] > widths[short.id]
+    calls = []
+    real_generate = tfspec.generate
+
+    def recording(target, prompts, **kwargs):
+        calls.append((len(prompts), tf_generation.prompt_bucket(max(len(p) for p in prompts))))
+        return real_generate(target, prompts, **kwargs)
+
+    monkeypatch.setattr(tfspec, "generate", recording)
+    args = _args(SAMPLED, modes=[("autoregressive", 0)])
+    together = {r["id"]: r["raw_output"] for r in generator.run([short, long], args)}
+    # (Each shape is called twice: an untimed warm-up, then the timed call.)
+    assert set(calls) == {(3, widths[short.id]), (3, widths["long"])}
+    alone = {r["id"]: r["raw_output"] for item in (short, long)
+             for r in generator.run([item], args)}
+    assert together == alone
