@@ -12,7 +12,9 @@ section 6) and writes `REPORT_DIR/report.md` with its figures next to it:
   are listed under ours, marked "published".
 * Table "Chen et al. Table 1 layout": sampling method, benchmark, decoding, quality,
   mean token time (ms), speed-up, with the baseline and speculative quality side by side
-  and whether they agree. ROUGE carries 95% bootstrap bounds in summary.json (`_low`,
+  and whether they agree. Greedy runs with examples.jsonl compare the outputs of the two
+  modes token for token (exactness makes them identical) and count the differences.
+  Otherwise, ROUGE carries 95% bootstrap bounds in summary.json (`_low`,
   `_high`); the two agree when the intervals overlap. pass@1 has no bounds in
   summary.json: the report bootstraps the per-problem pass rates of `examples.jsonl`
   (2000 resamples over problems, fixed seed) and applies the same overlap rule; without
@@ -300,12 +302,36 @@ def quality_bounds(run: Run, mode: str, metric: str):
 
 
 def agreement(base, spec) -> str:
-    """'yes'/'NO' by 95% interval overlap, or a dash when either interval is missing."""
+    """'yes'/'NO' by 95% interval overlap, or a dash when the intervals cannot judge:
+    either is missing, or both are the single point 0 (nothing passed in either mode, which
+    says nothing about agreement)."""
     _, blow, bhigh, _ = base
     _, slow, shigh, _ = spec
     if None in (blow, bhigh, slow, shigh):
         return f"{DASH} (no bounds)"
+    if blow == bhigh == slow == shigh == 0:
+        return f"{DASH} (both 0: not judged)"
     return "yes" if max(blow, slow) <= min(bhigh, shigh) else "NO"
+
+
+def greedy_mismatches(examples: Optional[Sequence[Mapping[str, Any]]]):
+    """(outputs compared, outputs that differ) between the autoregressive and speculative
+    records of the same (id, sample); None without examples or without pairs.
+
+    For greedy decoding the two modes must emit the same tokens (exactness), so this is the
+    sharp check; with a bfloat16 cache a near-tie may still flip a token now and then.
+    """
+    outputs: Dict[str, Dict[Any, Any]] = {"autoregressive": {}, "speculative": {}}
+    for line in examples or ():
+        if line.get("mode") in outputs:
+            outputs[line["mode"]][(line.get("id"), line.get("sample"))] = line.get(
+                "raw_output")
+    common = set(outputs["autoregressive"]) & set(outputs["speculative"])
+    if not common:
+        return None
+    differ = sum(outputs["autoregressive"][key] != outputs["speculative"][key]
+                 for key in common)
+    return len(common), differ
 
 
 # -------------------------------------------------------------------------------- tables
@@ -369,6 +395,11 @@ def chen_table(runs: Sequence[Run]) -> str:
         agree = agreement(base, spec) if base_entry and spec_entry else DASH
         if agree.startswith(("yes", "NO")):
             agree += f" ({base[3]})"
+        pairs = greedy_mismatches(run.examples) if run.temperature == 0 else None
+        if pairs and base_entry and spec_entry:
+            compared, differ = pairs
+            agree = (f"yes: {compared}/{compared} outputs identical" if not differ else
+                     f"NO: {differ} of {compared} outputs differ")
         for label, entry, q, speed in (
                 ("autoregressive (k=0)", base_entry, base, 1.0 if base_entry else None),
                 (f"speculative (k={run.summary.get('k')})", spec_entry, spec,
@@ -693,9 +724,12 @@ def build_report(runs: Sequence[Run], out_dir: str) -> str:
         "Quality agrees when the 95% bootstrap intervals of the baseline and the "
         "speculative run overlap. ROUGE (x100) intervals come from summary.json; pass@1 "
         "intervals (percent) are bootstrapped here over problems from examples.jsonl; "
-        "BLEU has no interval and is not judged. Exact speculative decoding samples "
-        "from the target's distribution, so a disagreement points at noise from too few "
-        "examples or at a bug.",
+        "BLEU has no interval and is not judged, nor are two intervals that are both the "
+        "point 0. Greedy runs with examples.jsonl are judged by their outputs instead: "
+        "the two modes must emit the same tokens, and the differing outputs are counted "
+        "(a bfloat16 cache may flip a near-tie now and then). Exact speculative decoding "
+        "samples from the target's distribution, so a disagreement points at noise from "
+        "too few examples or at a bug.",
         "",
         chen_table(runs),
         "",

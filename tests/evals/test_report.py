@@ -108,11 +108,14 @@ def test_recorded_runs_tables(recorded_report):
     assert spec_row["quality"] == f"rouge2 {xsum['runs']['speculative']['quality']['rouge2']:.2f}"
     assert spec_row["mean token time (ms)"] == (
         f"{xsum['runs']['speculative']['latency']['ms_per_token']:.3f}")
-    assert spec_row["quality agrees"].startswith("yes")
+    # The tiny random pair scores rouge2 0 in both modes: two zero intervals judge nothing.
+    assert xsum["runs"]["speculative"]["quality"]["rouge2"] == 0
+    assert spec_row["quality agrees"] == "– (both 0: not judged)"
     published_rows = [r for r in chen if r["source"].startswith("published")]
     assert {r["speed-up"] for r in published_rows} >= {"1.92x", "2.46x", "1.00x"}
     he_row = next(r for r in chen if r["source"] == "ours: humaneval_sweep_k0_3")
-    assert "bootstrap over problems" in he_row["quality agrees"]
+    assert he_row["95% bounds"] == "[0.00, 0.00]"   # bootstrapped from examples.jsonl
+    assert he_row["quality agrees"] == "– (both 0: not judged)"
 
 
 def test_recorded_sweep_table_and_figures(recorded_report):
@@ -244,3 +247,40 @@ def test_report_example_commands(tmp_path):
     assert len(cmds) == 3 and "--resume" in cmds[-1]
     assert report_example.main(["--dry_run", "--runs_dir", runs_dir,
                                 "--out", str(tmp_path / "rep")]) == 0
+
+
+@pytest.mark.parametrize("spec_outputs, expected", [
+    (["a", "b", "c"], (3, 0)),
+    (["a", "x", "c"], (3, 1)),
+    (["a", "b"], (2, 0)),            # Only pairs present in both modes are compared.
+])
+def test_greedy_mismatches(spec_outputs, expected):
+    lines = [{"id": f"p{i}", "sample": 0, "mode": "autoregressive", "raw_output": o}
+             for i, o in enumerate("abc")]
+    lines += [{"id": f"p{i}", "sample": 0, "mode": "speculative", "raw_output": o}
+              for i, o in enumerate(spec_outputs)]
+    assert report.greedy_mismatches(lines) == expected
+    assert report.greedy_mismatches(lines[:3]) is None
+
+
+def test_agreement_does_not_judge_two_zeros():
+    zero = (0.0, 0.0, 0.0, "bootstrap")
+    assert report.agreement(zero, zero).startswith("–")
+    assert report.agreement(zero, (10.0, 0.0, 20.0, "b")) == "yes"
+    assert report.agreement(zero, (30.0, 20.0, 40.0, "b")) == "NO"
+
+
+@pytest.mark.parametrize("flip, expected", [(False, "yes: 3/3 outputs identical"),
+                                            (True, "NO: 1 of 3 outputs differ")])
+def test_greedy_runs_compare_outputs_token_for_token(tmp_path, flip, expected):
+    directory = _write_run(str(tmp_path / "greedy"), "humaneval", 0.0,
+                           quality={"pass@1": 0.0}, base_quality={"pass@1": 0.0})
+    with open(os.path.join(directory, "examples.jsonl"), "w", encoding="utf-8") as f:
+        for i in range(3):
+            for mode in ("autoregressive", "speculative"):
+                text = "x" if flip and i == 1 and mode == "speculative" else f"out{i}"
+                f.write(json.dumps({"id": f"p{i}", "sample": 0, "mode": mode,
+                                    "raw_output": text, "quality": {"passed": False}}) + "\n")
+    markdown = "## Quality\n" + report.chen_table(report.load_runs([directory]))
+    chen = _table(_sections(markdown), "Quality")
+    assert {r["quality agrees"] for r in chen if r["source"] == "ours: greedy"} == {expected}
