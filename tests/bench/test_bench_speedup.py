@@ -21,8 +21,9 @@ def _check_contract(record):
         record["ar_ms_per_token"] / record["spec_ms_per_token"])
     assert record["speedup_over_predicted"] == pytest.approx(
         record["speedup"] / record["predicted_speedup"])
-    assert 0.0 <= record["acceptance_rate"] <= 1.0
-    assert 0.0 <= record["beta_mean"] <= 1.0 + 1e-5
+    # The pooled acceptance rate is a drafted-weighted mean of the rows' rates.
+    rows = [r for r in record["per_row_acceptance"] if math.isfinite(r)]
+    assert min(rows) - 1e-12 <= record["acceptance_rate"] <= max(rows) + 1e-12
     assert record["draft_cost_ratio"] > 0
     a = min(1.0, record["beta_mean"])
     assert record["predicted_speedup"] == pytest.approx(
