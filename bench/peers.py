@@ -33,7 +33,6 @@ it prints "skipped: install tfspec[peers]" and exits 0.
         --num_prompts 2 --max_new_tokens 16 --repeats 1 --tv_samples 200
 """
 
-import argparse
 import inspect
 import json
 import os
@@ -48,6 +47,7 @@ import numpy as np
 import tfspec
 from bench import models as bench_models
 from bench import timing
+from evals import cli
 
 SKIP_MESSAGE = "skipped: install tfspec[peers] (torch and transformers) to compare with peers"
 TINY_TV_TARGET = "random:t5-small:vocab_size=64,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_heads=4"
@@ -57,7 +57,7 @@ COLUMNS = ["implementation", "mode", "k", "ms_per_token", "speedup", "tv_first_t
 
 
 def _parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser("python -m bench.peers", __doc__.split("\n")[0])
     parser.add_argument("--target", default=bench_models.DEFAULT_TARGET)
     parser.add_argument("--draft", default=bench_models.DEFAULT_DRAFT)
     parser.add_argument("--k", type=int, default=4)

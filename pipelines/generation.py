@@ -13,7 +13,7 @@ copy serves all processes of a machine through `multi_process_shared`, and the c
 run in that copy's process). `run_inference(batch, model, inference_args)` turns a batch of
 `evals.records.WorkItem`s into one record per (item, mode):
 
-    {"kind": "generation", "id", "sample", "mode", "k", "prompt_sha256", "raw_output",
+    {"kind": "generation", "id", "sample", "mode", "k", "prompt_sha256", "prompt", "raw_output",
      "num_tokens", "time_s", "batch_size", "rounds", "accepted", "drafted", "verified",
      "beta_sum", "accepted_per_position"}
 
@@ -83,6 +83,8 @@ class ModelSpec:
       draft: spec of the draft, or None (autoregressive only).
       tokenizer: `tfspec.load_tokenizer` spec; None = the target's own tokenizer.
       tpu: TPU name/address for `tfspec.distribute.resolve_strategy`, or None.
+      dtype: `tfspec.load_model` dtype of both models ("float32" or "bfloat16"); None =
+        float32.
       prompt_add_eos: append EOS to the encoder input. Public T5 checkpoints were trained
         with it; the embedded tiny-code pair was trained without it (as the default here).
     """
@@ -92,6 +94,7 @@ class ModelSpec:
     tokenizer: Optional[str] = None
     tpu: Optional[str] = None
     prompt_add_eos: bool = False
+    dtype: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -127,8 +130,8 @@ def load_models(spec: ModelSpec) -> LoadedModels:
             from tfspec import distribute  # pylint: disable=import-outside-toplevel
             strategy = distribute.resolve_strategy(spec.tpu)
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
-            target = _load_one(spec.target, "--target")
-            draft = _load_one(spec.draft, "--draft") if spec.draft else None
+            target = _load_one(spec.target, "--target", spec.dtype)
+            draft = _load_one(spec.draft, "--draft", spec.dtype) if spec.draft else None
         if draft is not None and draft.vocab_size != target.vocab_size:
             raise ValueError(f"target and draft must share the vocabulary: target "
                              f"{spec.target} has vocab_size {target.vocab_size}, draft "
@@ -141,9 +144,9 @@ def load_models(spec: ModelSpec) -> LoadedModels:
         return loaded
 
 
-def _load_one(model_spec: str, flag: str):
+def _load_one(model_spec: str, flag: str, dtype: Optional[str] = None):
     try:
-        return tfspec.load_model(model_spec)
+        return tfspec.load_model(model_spec, dtype=dtype)
     except (OSError, ValueError, TypeError) as e:
         raise ValueError(f"cannot load {flag} {model_spec}: {_one_line(e)}") from None
 
@@ -268,6 +271,7 @@ class Generator:
             out.append({
                 "kind": GENERATION, "id": item.id, "sample": item.sample, "mode": mode, "k": k,
                 "prompt_sha256": records.prompt_sha256(item.example.prompt),
+                "prompt": item.example.prompt,
                 "raw_output": self.models.tokenizer.decode(gen.tokens[i, :length]),
                 "num_tokens": length, "time_s": seconds, "batch_size": len(rows),
                 "rounds": int(stats.rounds[i]), "accepted": int(stats.accepted[i]),

@@ -60,7 +60,7 @@ def pipeline_options(spec: RunSpec) -> beam_options.PipelineOptions:
     unknown = unknown_beam_args(args)
     if unknown:
         raise UsageError(f"unknown flag {unknown[0]}: neither an evals.run flag nor a Beam "
-                         f"pipeline option (see python -m evals.run --helpfull)")
+                         f"pipeline option (see python -m evals.run --help)")
     return beam_options.PipelineOptions(args)
 
 
@@ -87,7 +87,7 @@ def model_spec_for(spec: RunSpec):
     return generation.ModelSpec(target=spec.target,
                                 draft=spec.draft if spec.uses_draft else None,
                                 tokenizer=spec.tokenizer, tpu=spec.tpu,
-                                prompt_add_eos=spec.prompt_eos)
+                                prompt_add_eos=spec.prompt_eos, dtype=spec.dtype)
 
 
 def prepare(spec: RunSpec) -> PreparedRun:
@@ -172,6 +172,7 @@ def summary_header(prepared: PreparedRun, started_at: str) -> dict:
         "task": spec.task,
         "k": None if completions else spec.k,
         "target": None if completions else spec.target,
+        "dtype": None if completions else (spec.dtype or "float32"),
         "draft": spec.draft if spec.uses_draft else None,
         "sampling": None if completions else spec.sampling,
         "seed": spec.seed,

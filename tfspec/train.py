@@ -76,9 +76,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    import tensorflow as tf  # Imported late: TensorFlow is slow to load.
+    # Imported late (TensorFlow is slow to load); tfspec first, which keeps TensorFlow's
+    # native start-up logs quiet (tfspec.quiet).
+    import tfspec  # pylint: disable=unused-import
+    import tensorflow as tf
 
     from tfspec.training import export, stages
     tf.get_logger().setLevel("ERROR")  # Bucketed shapes retrace on purpose; no warnings.

@@ -99,11 +99,7 @@ def _in_process(args, monkeypatch=None):
     from evals import run  # pylint: disable=import-outside-toplevel
     from pipelines import runner  # pylint: disable=import-outside-toplevel
 
-    try:
-        leftover = run.FLAGS(["evals.run", *args], known_only=True)
-        spec = run.run_spec.build_run_spec(run.flag_values(leftover[1:]))
-    finally:
-        run.FLAGS.unparse_flags()
+    _, spec = run.parse(args)
     return runner.run(spec, progress=False)
 
 
@@ -212,12 +208,10 @@ def test_config_file_values_and_explicit_flags_win(tmp_path):
         "    c.k_sweep = [0, 1, 3]\n"
         "    c.limit = 10 if arg is None else int(arg)\n"
         "    return c\n")
-    try:
-        leftover = run.FLAGS(["evals.run", "--config", f"{config}:5", "--k", "2",
-                              "--direct_num_workers", "2"], known_only=True)
-        values = run.flag_values(leftover[1:])
-    finally:
-        run.FLAGS.unparse_flags()
+    argv = ["--config", f"{config}:5", "--k", "2", "--direct_num_workers", "2"]
+    parser = run.build_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    values = run.flag_values(parser, argv, args, beam_args)
     assert (values["task"], values["k"], values["limit"]) == ("humaneval", 2, 5)
     assert values["k_sweep"] == [0, 1, 3] and values["beam_args"] == ["--direct_num_workers", "2"]
     assert values["max_new_tokens"] == 128  # Neither config nor flag: the default.
