@@ -230,8 +230,11 @@ def main(argv=None, prog: str = PROG) -> int:
         return 0
     _quiet_logs(args.verbose)
     try:
+        from pipelines import progress  # pylint: disable=import-outside-toplevel
         from pipelines import runner  # pylint: disable=import-outside-toplevel
-        prepared = runner.prepare(spec)
+        what = "checking the inputs" if spec.completions else "loading models"
+        with progress.transient(f"evals.run: {what}"):
+            prepared = runner.prepare(spec)
     except run_spec.UsageError as e:
         return _usage_error(e)
     if spec.temperature == 0 and spec.num_samples > 1 and not spec.completions:

@@ -66,6 +66,7 @@ import tfspec
 from tfspec import generation
 from evals import records
 from evals import walltime
+from pipelines import progress
 
 GENERATION = "generation"
 CALIBRATION = "calibration"
@@ -196,7 +197,10 @@ class Generator:
         """`batch_size`: pad every generate call to at least this many rows (see "Timing");
         None: no padding (each call has exactly its real rows)."""
         self.spec = spec
-        self.models = models if models is not None else load_models(spec)
+        if models is None:
+            progress.report_phase("loading models")
+            models = load_models(spec)
+        self.models = models
         self.batch_size = batch_size
         self._lock = threading.Lock()
         self._warm = set()
@@ -238,11 +242,17 @@ class Generator:
         kwargs.update(overrides)
         return tfspec.generate(target, prompts, **kwargs)
 
-    def _timed(self, warm_key, fn):
-        """Runs fn untimed once per new compiled shape, then timed; returns (result, s)."""
+    def _timed(self, warm_key, fn, phase: Optional[str] = None):
+        """Runs fn untimed once per new compiled shape, then timed; returns (result, s).
+
+        `phase`: what the progress display shows during the timed call (the untimed first
+        call shows "compiling ..." instead)."""
         if warm_key not in self._warm:
+            progress.report_phase(_compile_phase(warm_key))
             fn()
             self._warm.add(warm_key)
+        if phase:
+            progress.report_phase(phase)
         start = time.perf_counter()
         result = fn()
         return result, time.perf_counter() - start
@@ -263,7 +273,7 @@ class Generator:
         width = generation.prompt_bucket(max(len(p) for p in prompts))
         gen, seconds = self._timed(
             ("generate", k, len(prompts), width, _static_args(args)),
-            lambda: self._call(self.models.target, prompts, keys, k, args))
+            lambda: self._call(self.models.target, prompts, keys, k, args), phase="decoding")
         stats = gen.stats
         out = []
         for i, item in enumerate(rows):  # Real rows only: padded rows are dropped.
@@ -293,6 +303,7 @@ class Generator:
         lengths = (CALIBRATION_SHORT,
                    CALIBRATION_SHORT + max(CALIBRATION_MIN_GAP, int(args["max_new_tokens"])))
         reps = max(1, int(args.get("calibration_reps", CALIBRATION_REPS)))
+        progress.report_phase("measuring the draft cost ratio c (calibration)")
         models = {"draft": self.models.draft, "target": self.models.target}
         times = {(name, n): [] for name in models for n in lengths}
         for rep in range(reps):
@@ -302,7 +313,8 @@ class Generator:
                     _, seconds = self._timed(
                         ("calibrate", name, width, n, _static_args(args)),
                         lambda m=models[name], n=n: self._call(
-                            m, prompts, keys, 0, args, max_new_tokens=n, eos_id=None))
+                            m, prompts, keys, 0, args, max_new_tokens=n, eos_id=None),
+                        phase="measuring the draft cost ratio c (calibration)")
                     times[(name, n)].append(seconds)
         steps = {name: (min(times[(name, lengths[1])]) - min(times[(name, lengths[0])]))
                  / (lengths[1] - lengths[0]) for name in models}
@@ -364,6 +376,17 @@ class TfspecModelHandler(base.ModelHandler):
 
     def __repr__(self) -> str:
         return f"TfspecModelHandler({self._spec})"
+
+
+def _compile_phase(warm_key: tuple) -> str:
+    """The progress phase of the untimed first call of a compiled shape."""
+    if warm_key[0] == "generate":
+        _, k, rows, width, _ = warm_key
+        return (f"compiling k={k}, batch {rows}, prompt bucket {width} "
+                f"(untimed warm-up call)")
+    _, name, width, n, _ = warm_key
+    return (f"calibration: compiling the {name} alone, {n} tokens, prompt bucket {width} "
+            f"(untimed warm-up call)")
 
 
 def _static_args(args: Mapping[str, Any]) -> tuple:

@@ -218,8 +218,8 @@ def execute(prepared: PreparedRun, progress: bool = True) -> dict:
     references = {e.id: e.reference for e in plan.examples}
     resumed: List[Tuple[dict, str]] = [(line, references.get(line["id"], ""))
                                        for line in plan.resumed]
-    with progress_lib.JournalProgress(prepared.journal, plan.pending_records,
-                                      enabled=progress):
+    with progress_lib.JournalProgress.for_work(prepared.journal, plan.pending_keys(),
+                                               enabled=progress):
         evaluation.run(config, prepared.options, plan.work, plan.completions, resumed)
     return outputs.read_json(outputs.join(prepared.output_dir, outputs.SUMMARY))
 
