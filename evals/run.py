@@ -237,6 +237,13 @@ def main(argv=None, prog: str = PROG) -> int:
             prepared = runner.prepare(spec)
     except run_spec.UsageError as e:
         return _usage_error(e)
+    finished = runner.finished_summary(prepared)
+    if finished is not None:
+        speedup = finished.get("speedup")
+        print(f"evals.run: the run in {prepared.output_dir} is already finished; nothing to do, "
+              f"no file changed"
+              + (f" (speed-up {speedup:.2f}x, see summary.json)" if speedup else ""))
+        return 0
     if spec.temperature == 0 and spec.num_samples > 1 and not spec.completions:
         print("evals.run: note: --temperature 0 is greedy decoding: all samples of an example "
               "are identical", file=sys.stderr)
@@ -247,7 +254,23 @@ def main(argv=None, prog: str = PROG) -> int:
               f"continue with --output_dir {prepared.output_dir} --resume", file=sys.stderr)
         return 130
     print(runner.describe(prepared.output_dir, summary))
+    if spec.k_sweep:
+        _print_sweep(prepared.output_dir)
     return 0
+
+
+def _print_sweep(output_dir: str) -> None:
+    """The per-K table of a sweep run (sweep.json)."""
+    from evals import console  # pylint: disable=import-outside-toplevel
+    from pipelines import outputs  # pylint: disable=import-outside-toplevel
+    path = outputs.join(output_dir, outputs.SWEEP)
+    try:
+        sweep = outputs.read_json(path)
+    except (OSError, ValueError) as e:
+        print(f"evals.run: note: cannot read {path}: {e}", file=sys.stderr)
+        return
+    print(f"K sweep ({outputs.SWEEP}; speed-up over K = 0, sequence time percentiles):")
+    print(console.sweep_table(sweep))
 
 
 def console_main() -> None:

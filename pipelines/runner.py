@@ -204,9 +204,48 @@ def evaluation_config(prepared: PreparedRun, started_at: str):
         score_options={"workers": 1} if task.executes_code else {})
 
 
+def finished_summary(prepared: PreparedRun) -> Optional[dict]:
+    """summary.json of a resumed run with nothing left to do, else None.
+
+    Finished means: every record of the run is in examples.jsonl, and summary.json (and
+    sweep.json for a sweep) were written for the same examples, samples and modes. Such a
+    run is left exactly as it is: no file is rewritten, the calibration is not measured
+    again, and summary.json keeps the timestamps of the run that produced it.
+    """
+    spec, plan = prepared.spec, prepared.plan
+    if not spec.resume or plan.pending_records:
+        return None
+    try:
+        summary = outputs.read_json(outputs.join(prepared.output_dir, outputs.SUMMARY))
+    except (OSError, ValueError):
+        return None
+    header = summary_header(prepared, started_at="")
+    expected_modes = {m for m, _ in spec.modes if m in _SUMMARY_MODES}
+    same = (isinstance(summary, dict)
+            and summary.get("num_examples") == header["num_examples"]
+            and summary.get("num_samples") == header["num_samples"]
+            and set(summary.get("runs") or {}) == expected_modes)
+    if not same:
+        return None
+    if spec.k_sweep and not outputs.exists(outputs.join(prepared.output_dir, outputs.SWEEP)):
+        return None
+    return summary
+
+
+# Modes listed under summary.json's `runs` (the other Ks of a sweep are in sweep.json).
+_SUMMARY_MODES = ("speculative", "autoregressive", "completions")
+
+
 def execute(prepared: PreparedRun, progress: bool = True) -> dict:
-    """Creates the output folder, runs the pipeline, returns summary.json's content."""
+    """Creates the output folder, runs the pipeline, returns summary.json's content.
+
+    A resumed run that is already finished (`finished_summary`) is not run again: its
+    summary is returned and nothing is written.
+    """
     from pipelines import evaluation  # pylint: disable=import-outside-toplevel
+    finished = finished_summary(prepared)
+    if finished is not None:
+        return finished
     spec, plan = prepared.spec, prepared.plan
     started_at = provenance.now()
     outputs.makedirs(prepared.output_dir)
@@ -260,4 +299,5 @@ def _fmt(value: Any) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
-__all__ = ["PreparedRun", "UsageError", "describe", "execute", "prepare", "run"]
+__all__ = ["PreparedRun", "UsageError", "describe", "execute", "finished_summary", "prepare",
+           "run"]
