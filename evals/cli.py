@@ -61,8 +61,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def add_argument(self, *args, **kwargs):
         # A flag without help text still shows its default.
-        if "help" not in kwargs and any(a.startswith("-") for a in args):
-            kwargs["help"] = " "
+        if "help" not in kwargs and kwargs.get("default") not in (None, ""):
+            kwargs["help"] = "(default: %(default)s)"
         return super().add_argument(*args, **kwargs)
 
     def error(self, message):
@@ -79,7 +79,8 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def add_bool(parser: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:  # pylint: disable=redefined-builtin
+def add_bool(parser: argparse.ArgumentParser, name: str, default: bool,
+             help: str) -> None:  # pylint: disable=redefined-builtin
     """A boolean flag spelled `--name`, `--name=true|false`, `--noname` or `--no-name`."""
     parser.add_argument(f"--{name}", nargs="?", const=True, default=default, type=parse_bool,
                         metavar="true|false", help=help)
@@ -90,7 +91,8 @@ def add_bool(parser: argparse.ArgumentParser, name: str, default: bool, help: st
 def explicit_values(parser: argparse.ArgumentParser,
                     argv: Sequence[str]) -> Dict[str, Any]:
     """The flags given on the command line (by dest), without the parser's defaults."""
-    saved = [(action, action.default) for action in parser._actions]  # pylint: disable=protected-access
+    actions = parser._actions  # pylint: disable=protected-access
+    saved = [(action, action.default) for action in actions]
     try:
         for action, _ in saved:
             action.default = argparse.SUPPRESS

@@ -39,7 +39,8 @@ CONTRACT_FIELDS = ("id", "sample", "mode", "prompt_sha256", "output", "num_token
                    "rounds", "accepted", "quality")
 # The prompt text as the model saw it (beside its hash, for readers of the file), then the
 # counters kept so that summaries can be rebuilt from examples.jsonl alone (--resume).
-EXTRA_FIELDS = ("prompt", "k", "batch_size", "drafted", "verified", "beta_sum", "accepted_per_position")
+EXTRA_FIELDS = ("prompt", "k", "batch_size", "drafted", "verified", "beta_sum",
+                "accepted_per_position")
 FIELDS = CONTRACT_FIELDS + EXTRA_FIELDS
 # Fields that depend on timing; all others are deterministic.
 TIMING_FIELDS = ("time_s",)

@@ -124,7 +124,10 @@ class RunSpec:
         """Settings a resumed run must share with the run it continues (same records)."""
         return {"task": self.task, "k": self.k, "target": self.target,
                 "draft": self.draft if self.uses_draft else None,
-                "tokenizer": self.tokenizer, "dtype": self.dtype, "sampling": self.sampling, "seed": self.seed,
+                "tokenizer": self.tokenizer,
+                # float32 is the default: runs recorded before --dtype existed match it.
+                "dtype": None if self.dtype in (None, "float32") else self.dtype,
+                "sampling": self.sampling, "seed": self.seed,
                 "max_new_tokens": self.max_new_tokens, "prompt_eos": self.prompt_eos,
                 "data_source": self.data_source,
                 "data_path": self.data_path, "completions": self.completions}

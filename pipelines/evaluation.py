@@ -133,7 +133,8 @@ def completion_record(item: records.WorkItem, completion: str) -> dict:
     return {"kind": generation.GENERATION, "id": item.id, "sample": item.sample,
             "mode": records.COMPLETIONS, "k": None,
             "prompt_sha256": records.prompt_sha256(item.example.prompt),
-            "prompt": item.example.prompt, "raw_output": completion, "num_tokens": None, "time_s": None,
+            "prompt": item.example.prompt, "raw_output": completion, "num_tokens": None,
+            "time_s": None,
             "batch_size": None}
 
 

@@ -11,7 +11,7 @@ two files the workers write as they go:
 
 On stderr (tqdm) it shows:
 
-    decoding:  40%|████      | 66/164 [00:31<00:47, 2.1ex/s, AR 66/164 · k=4 67/164, tok/s=812, accept=0.71]
+    decoding:  40%|████   | 66/164 [00:31<00:47, 2.1ex/s, AR 66/164 · k=4 67/164, tok/s=812]
 
 the phase as the bar's label (starting the pipeline, loading models, compiling k=4 batch 1
 prompt bucket 384 (untimed warm-up call), decoding, scoring in the sandbox, measuring the
