@@ -198,7 +198,8 @@ class Generator:
         None: no padding (each call has exactly its real rows)."""
         self.spec = spec
         if models is None:
-            progress.report_phase("loading models")
+            if spec not in _LOADED:  # In-process runners reuse the driver's models.
+                progress.report_phase("loading models")
             models = load_models(spec)
         self.models = models
         self.batch_size = batch_size
