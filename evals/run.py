@@ -208,14 +208,18 @@ def parse(argv, prog: str = PROG):
 def _quiet_logs(verbose: bool) -> None:
     """Keeps the terminal for the progress display and errors (unless --verbose)."""
     if not verbose:
-        # Per-shape retracing notes of tfspec's compiled loops and a Beam note about a
-        # memory metric this platform lacks. TensorFlow's native logs: `tfspec.quiet`.
+        # Per-shape retracing notes of tfspec's compiled loops, and Beam's notes about a
+        # memory metric this platform lacks and about Google Cloud client libraries a local
+        # run does not use. TensorFlow's native logs: `tfspec.quiet`.
         std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
         std_logging.getLogger().addFilter(_drop_resource_module_note)
 
 
+_DROPPED_NOTES = ("Resource module is not available", "apitools not found")
+
+
 def _drop_resource_module_note(record) -> bool:
-    return not str(record.msg).startswith("Resource module is not available")
+    return not str(record.msg).startswith(_DROPPED_NOTES)
 
 
 def main(argv=None, prog: str = PROG) -> int:
