@@ -6,13 +6,16 @@ errors only (`TF_CPP_MIN_LOG_LEVEL=2`, which must be set before TensorFlow loads
 lines its shared libraries print before that setting is even read (absl's "All log messages
 before absl::InitializeLog() ..." banner, oneDNN, CUDA stub, cpu_feature_guard, and a failed
 `cuInit` on machines without a GPU) are captured while TensorFlow is imported and its
-platforms are listed. The capture is replayed on stderr if the import fails.
+platforms are listed. The capture is replayed on stderr if the import fails. TensorFlow's
+Python warning that tfspec's compiled decoding loop "triggered tf.function retracing" is
+dropped too: the loop is traced once per (batch, prompt bucket) shape on purpose.
 
 Verbose mode shows everything: set `TFSPEC_VERBOSE=1`, or pass `--verbose` to any entry
 point (`python -m evals.run`, `python -m bench.*`, ...; the flag is read here, at import,
 because the logs are printed before any argument parser runs).
 """
 
+import logging
 import os
 import sys
 import tempfile
@@ -61,10 +64,22 @@ class CapturedStderr:
         return False
 
 
+class _DropLoopRetracingWarnings(logging.Filter):
+    """Drops TensorFlow's retracing warning about tfspec's loop (`generation._loop_fn`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not ("triggered tf.function retracing" in message
+                    and "_loop_fn.<locals>.run" in message)
+
+
 def import_tensorflow_quietly() -> None:
     """Imports TensorFlow (once per process) without its native start-up lines."""
     if verbose():
         return
+    tf_logger = logging.getLogger("tensorflow")
+    if not any(isinstance(f, _DropLoopRetracingWarnings) for f in tf_logger.filters):
+        tf_logger.addFilter(_DropLoopRetracingWarnings())
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if "tensorflow" in sys.modules:  # Someone imported it first: too late to capture.
         return

@@ -54,3 +54,16 @@ def test_entry_points_are_quiet_too(module):
     result = _python(None, "-m", module, "--help")
     assert result.returncode == 0 and result.stdout.startswith("usage:"), result.stderr[-2000:]
     assert result.stderr == ""
+
+
+def test_only_the_loops_retracing_warning_is_dropped(caplog):
+    import logging  # pylint: disable=import-outside-toplevel
+    import tfspec  # pylint: disable=import-outside-toplevel,unused-import  (installs the filter)
+    logger = logging.getLogger("tensorflow")
+    with caplog.at_level(logging.WARNING, logger="tensorflow"):
+        logger.warning("5 out of the last 9 calls to <function _loop_fn.<locals>.run at 0x1> "
+                       "triggered tf.function retracing. Tracing is expensive")
+        logger.warning("5 out of the last 9 calls to <function user_fn at 0x1> triggered "
+                       "tf.function retracing. Tracing is expensive")
+    assert [r.getMessage().split(" at ")[0] for r in caplog.records] == [
+        "5 out of the last 9 calls to <function user_fn"]
