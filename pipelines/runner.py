@@ -22,6 +22,7 @@ from apache_beam.options import pipeline_options as beam_options
 
 from evals import datasources
 from evals import provenance
+from evals import records
 from evals import run_plan
 from evals import run_spec as run_spec_lib
 from evals import tasks
@@ -233,7 +234,7 @@ def finished_summary(prepared: PreparedRun) -> Optional[dict]:
 
 
 # Modes listed under summary.json's `runs` (the other Ks of a sweep are in sweep.json).
-_SUMMARY_MODES = ("speculative", "autoregressive", "completions")
+_SUMMARY_MODES = (records.SPECULATIVE, records.AUTOREGRESSIVE, records.COMPLETIONS)
 
 
 def execute(prepared: PreparedRun, progress: bool = True) -> dict:
