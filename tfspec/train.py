@@ -105,7 +105,7 @@ def main(argv=None):
     args = parse_args(argv)
     # Imported late (TensorFlow is slow to load); tfspec first, which keeps TensorFlow's
     # native start-up logs quiet (tfspec.quiet).
-    import tfspec  # pylint: disable=unused-import
+    import tfspec  # noqa: F401  pylint: disable=unused-import
     import tensorflow as tf
 
     from tfspec.training import export, stages

@@ -58,7 +58,7 @@ def test_entry_points_are_quiet_too(module):
 
 def test_only_the_loops_retracing_warning_is_dropped(caplog):
     import logging  # pylint: disable=import-outside-toplevel
-    import tfspec  # pylint: disable=import-outside-toplevel,unused-import  (installs the filter)
+    import tfspec  # noqa: F401  pylint: disable=import-outside-toplevel  (installs the filter)
     logger = logging.getLogger("tensorflow")
     with caplog.at_level(logging.WARNING, logger="tensorflow"):
         logger.warning("5 out of the last 9 calls to <function _loop_fn.<locals>.run at 0x1> "
