@@ -1,6 +1,17 @@
 """Packaging for tfspec: exact speculative decoding of T5-family models in TensorFlow."""
 
+import os
+import re
+
 import setuptools
+
+
+def _version() -> str:
+    """tfspec/_version.py is the single source of the version (also tfspec.__version__)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tfspec", "_version.py")
+    with open(path, encoding="utf-8") as f:
+        return re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+
 
 INSTALL_REQUIRES = [
     "tensorflow>=2.21,<2.22",
@@ -39,7 +50,7 @@ EXTRAS_REQUIRE = {
 
 setuptools.setup(
     name="tfspec",
-    version="0.1.0",
+    version=_version(),
     description="Exact speculative decoding for T5-family models in TensorFlow/Keras, "
                 "with a batch evaluation harness.",
     python_requires=">=3.10",
@@ -50,4 +61,6 @@ setuptools.setup(
     include_package_data=True,
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
+    # `tfspec-eval` is `python -m evals.run` (same flags, same outputs).
+    entry_points={"console_scripts": ["tfspec-eval = evals.run:console_main"]},
 )

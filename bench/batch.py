@@ -27,7 +27,6 @@ pool smaller than a batch is cycled to fill it.
 JSON: {"records": [...]}, one per batch size, with the full `per_row_acceptance` list.
 """
 
-import argparse
 import platform
 from typing import Optional, Sequence
 
@@ -37,6 +36,7 @@ import tfspec
 from bench import models as bench_models
 from bench import speedup as speedup_lib
 from bench import timing
+from evals import cli
 
 COLUMNS = ["batch_size", "k", "ar_ms_per_token", "spec_ms_per_token", "speedup", "pays",
            "acceptance_rate", "row_acceptance_min", "row_acceptance_median",
@@ -45,7 +45,7 @@ COLUMNS = ["batch_size", "k", "ar_ms_per_token", "spec_ms_per_token", "speedup",
 
 
 def _parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser("python -m bench.batch", __doc__.split("\n")[0])
     speedup_lib.add_pair_args(parser)
     parser.add_argument("--k", type=int, default=4, help="draft length")
     parser.add_argument("--batch_sizes", default="1,2,4,8,16,32")

@@ -22,7 +22,6 @@ Random weights make the draft's acceptance near zero, so rounds ~= tokens; that 
 wanted here: every round pays for a full draft block and a full (k + 1)-position verify.
 """
 
-import argparse
 import platform
 from typing import Optional, Sequence
 
@@ -31,12 +30,13 @@ import numpy as np
 import tfspec
 from bench import models as bench_models
 from bench import timing
+from evals import cli
 
 DEFAULT_TOKENIZER = "zoo:tiny-code-target"
 
 
 def _parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser("python -m bench.loop_overhead", __doc__.split("\n")[0])
     parser.add_argument("--preset", default="t5-base",
                         help="T5Config preset of the target, optionally with overrides: "
                              "PRESET:key=val,... (e.g. t5-small:num_layers=1)")

@@ -57,7 +57,6 @@ a tfspec requirement.
         --num_prompts 2 --max_new_tokens 16 --repeats 1 --tv_samples 200
 """
 
-import argparse
 import inspect
 import json
 import os
@@ -74,6 +73,7 @@ from bench import ctranslate2_peer
 from bench import keras_hub_peer
 from bench import models as bench_models
 from bench import timing
+from evals import cli
 
 SKIP_MESSAGE = "skipped: install tfspec[peers] (torch and transformers) to compare with peers"
 TINY_TV_TARGET = "random:t5-small:vocab_size=64,d_model=32,d_kv=8,d_ff=64,num_layers=2,num_heads=4"
@@ -85,7 +85,7 @@ COLUMNS = ["implementation", "mode", "dtype", "k", "ms_per_token", "speedup",
 
 
 def _parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser("python -m bench.peers", __doc__.split("\n")[0])
     parser.add_argument("--target", default=bench_models.DEFAULT_TARGET)
     parser.add_argument("--draft", default=bench_models.DEFAULT_DRAFT)
     parser.add_argument("--k", type=int, default=4)

@@ -29,7 +29,6 @@ the set. The bandwidth of a shared machine varies run to run; both numbers come 
 same run.
 """
 
-import argparse
 import platform
 import time
 from typing import Dict, Optional, Sequence
@@ -38,6 +37,7 @@ import numpy as np
 
 import tfspec
 from bench import timing
+from evals import cli
 
 COLUMNS = ["preset", "dtype", "step_weight_mb", "bandwidth_gb_s", "bound_ms_per_token",
            "ar_ms_per_token", "multiple_of_bound"]
@@ -45,7 +45,7 @@ _PER_PROMPT = ("cross_attention/k", "cross_attention/v")
 
 
 def _parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser("python -m bench.roofline", __doc__.split("\n")[0])
     parser.add_argument("--presets", default="t5-small,t5-base,t5-large",
                         help="comma-separated T5Config presets (random weights)")
     parser.add_argument("--dtypes", default="float32,bfloat16")

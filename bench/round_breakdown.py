@@ -85,12 +85,13 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import tensorflow as tf
 
-import tfspec
+import tfspec  # First: it keeps TensorFlow's native start-up logs quiet (tfspec.quiet).
+import tensorflow as tf  # pylint: disable=wrong-import-order
 from bench import models as bench_models
 from bench import speedup as speedup_lib
 from bench import timing
+from evals import cli
 from tfspec import acceptance as acceptance_lib
 from tfspec import decoding
 from tfspec import generation
@@ -830,13 +831,6 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
 # ---------------------------------------------------------------------------------- flags
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad flags: one line on stderr and exit status 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def _number_list(text: str, cast, flag: str, minimum) -> list:
     try:
         values = [cast(x) for x in text.split(",") if x.strip()]
@@ -849,9 +843,7 @@ def _number_list(text: str, cast, flag: str, minimum) -> list:
 
 
 def _parse_args(argv=None):
-    parser = _Parser(prog="python -m bench.round_breakdown",
-                     description=__doc__.split("\n")[0], allow_abbrev=False,
-                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = cli.ArgumentParser("python -m bench.round_breakdown", __doc__.split("\n")[0])
     speedup_lib.add_pair_args(parser)
     # None: the pairs of --pairs; either flag runs one custom pair instead.
     parser.set_defaults(target=None, draft=None)

@@ -43,6 +43,7 @@ import numpy as np
 import tfspec
 from bench import models as bench_models
 from bench import timing
+from evals import cli
 from evals import walltime
 
 COLUMNS = ["k", "batch_size", "temperature", "ar_ms_per_token", "spec_ms_per_token", "speedup",
@@ -117,7 +118,7 @@ def add_pair_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser("python -m bench.speedup", __doc__.split("\n")[0])
     add_pair_args(parser)
     parser.add_argument("--k", default="1,2,4", help="comma-separated draft lengths")
     parser.add_argument("--batch_size", default="1", help="comma-separated batch sizes")

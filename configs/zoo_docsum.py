@@ -13,7 +13,7 @@ Command (from the repository root; runs offline on a CPU):
 Hardware: any machine; 2 CPU cores take a few minutes (200 examples x 2 modes x <= 48
 tokens). Data: the validation split of the project's offline code corpus (default
 `--data_source corpus`, mined from installed Python sources; cached after the first use).
-Models: the embedded pair (DESIGN.md section 5).
+Models: the embedded pair (docs/design.md section 5).
 
 Published numbers it relates to: none directly. It is the summarization analogue of
 Leviathan et al.'s CNN/DM rows and Chen et al.'s XSum rows (ROUGE with bootstrap bounds,

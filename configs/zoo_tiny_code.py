@@ -1,6 +1,6 @@
 r"""The embedded default pair: a tiny T5 code target and a draft distilled from it.
 
-Trains `zoo:tiny-code-target` and `zoo:tiny-code-draft` (DESIGN.md section 5) from scratch on
+Trains `zoo:tiny-code-target` and `zoo:tiny-code-draft` (docs/design.md section 5) from scratch on
 the offline code corpus (`tfspec.data.code_corpus`: the Python standard library plus a few
 installed packages), multitask: completion (HumanEval-shaped prompt as is -> body) and
 docsum (`summarize: ` + code -> first docstring sentence).

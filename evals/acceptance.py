@@ -1,6 +1,6 @@
 """Acceptance statistics of speculative decoding, aggregated over rows and examples.
 
-Inputs are the per-row counters of `tfspec.DecodeStats` (DESIGN section 2): `rounds`,
+Inputs are the per-row counters of `tfspec.DecodeStats` (docs/design.md section 2): `rounds`,
 `drafted`, `accepted`, `accepted_per_position [batch, k]`, `beta_sum`. Definitions:
 
 * acceptance_rate = sum(accepted) / sum(drafted): the fraction of drafted tokens kept.

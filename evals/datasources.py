@@ -85,6 +85,7 @@ def read_tfrecord(path: str) -> Iterator[dict]:
     Bytes features are decoded as UTF-8 strings; a feature with one value becomes a scalar,
     with several a list.
     """
+    import tfspec  # noqa: F401  pylint: disable=import-outside-toplevel  (quiet TF logs)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     compression = "GZIP" if path.endswith(".gz") else ""

@@ -1,6 +1,6 @@
 """Latency metrics: ms per generated token and the distribution of per-sequence times.
 
-The keys of `summarize` are a contract (summary.json `latency{...}`, DESIGN section 6):
+The keys of `summarize` are a contract (summary.json `latency{...}`, docs/design.md section 6):
 `ms_per_token, seq_time_mean_s, seq_time_std_s, seq_time_p50_s, seq_time_p90_s,
 seq_time_p99_s, num_tokens`. Undefined values (no tokens) are None, which JSON writes as
 null. `LatencyAccumulator` is the mergeable form for a Beam CombineFn.

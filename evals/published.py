@@ -1,7 +1,7 @@
 """Published numbers of the two speculative decoding papers, for side-by-side reports.
 
-Numbers only (no prose), transcribed from the papers' tables as summarized in
-`../shared/papers/` (the source review `001_*.txt`, the paper card `003_*.txt`):
+Numbers only (no prose), transcribed from the papers' tables (the papers are cited in
+docs/design.md section 1):
 
 * Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding"
   (arXiv 2211.17192), Table 2: T5-XXL (11B) target, batch size 1, one TPU v4, against

@@ -8,11 +8,12 @@ A run evaluates examples x samples x modes. A *mode* is one way of producing the
     "completions"          existing completions scored with --completions (no model)
 
 A record's key is (id, sample, mode); `examples.jsonl` holds each key at most once. The
-line's fields, in this order, are the contract of DESIGN section 6 followed by extras the
-summary needs when a run is resumed from the file alone:
+line's fields, in this order, are the contract of docs/design.md section 6 followed by the
+prompt text (so a reader sees what the model was given; lines written before it was added
+lack it) and extras the summary needs when a run is resumed from the file alone:
 
     id, sample, mode, prompt_sha256, output, num_tokens, time_s, rounds, accepted, quality,
-    k, batch_size, drafted, verified, beta_sum, accepted_per_position
+    prompt, k, batch_size, drafted, verified, beta_sum, accepted_per_position
 
 `time_s` (the wall time of the generate call that produced the row) is the only field that
 depends on the machine's timing; every other field is a function of (seed, example, sample,
@@ -33,11 +34,13 @@ AUTOREGRESSIVE = "autoregressive"
 SPECULATIVE = "speculative"
 COMPLETIONS = "completions"
 
-# DESIGN section 6, in order.
+# docs/design.md section 6, in order.
 CONTRACT_FIELDS = ("id", "sample", "mode", "prompt_sha256", "output", "num_tokens", "time_s",
                    "rounds", "accepted", "quality")
-# Counters kept so that summaries can be rebuilt from examples.jsonl alone (--resume).
-EXTRA_FIELDS = ("k", "batch_size", "drafted", "verified", "beta_sum", "accepted_per_position")
+# The prompt text as the model saw it (beside its hash, for readers of the file), then the
+# counters kept so that summaries can be rebuilt from examples.jsonl alone (--resume).
+EXTRA_FIELDS = ("prompt", "k", "batch_size", "drafted", "verified", "beta_sum",
+                "accepted_per_position")
 FIELDS = CONTRACT_FIELDS + EXTRA_FIELDS
 # Fields that depend on timing; all others are deterministic.
 TIMING_FIELDS = ("time_s",)

@@ -2,8 +2,9 @@ r"""Paper-style reports from evaluation run directories: tables in Markdown, PNG
 
     python -m evals.report RUN_DIR [RUN_DIR ...] --out REPORT_DIR
 
-reads each run's `summary.json` (and `sweep.json`, `examples.jsonl` when present; DESIGN.md
-section 6) and writes `REPORT_DIR/report.md` with its figures next to it:
+reads each run's `summary.json` (and `sweep.json`, `examples.jsonl` when present;
+docs/design.md section 6), prints each run's headline numbers (`evals.console`) and writes
+`REPORT_DIR/report.md` with its figures next to it:
 
 * Table "Leviathan et al. Table 2 layout": task, target, draft, temperature, k, alpha
   (measured `beta_mean`, whose expectation is the paper's alpha), acceptance rate, draft
@@ -35,7 +36,6 @@ command, `python -m evals.report_example` (see that module).
 Library use (no Beam, no absl, no TensorFlow): `load_run(path)`, `build_report(runs, out)`.
 """
 
-import argparse
 import dataclasses
 import json
 import math
@@ -774,10 +774,12 @@ def build_report(runs: Sequence[Run], out_dir: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m evals.report",
-        description="Builds a Markdown report with PNG figures from evals.run run "
-                    "directories.")
+    from evals import cli  # pylint: disable=import-outside-toplevel
+    from evals import console  # pylint: disable=import-outside-toplevel
+    parser = cli.ArgumentParser(
+        "python -m evals.report",
+        "Builds a Markdown report with PNG figures from evals.run run directories, and "
+        "prints each run's headline numbers.", verbose=False)
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                         help="evals.run output directories (summary.json, sweep.json)")
     parser.add_argument("--out", required=True, metavar="REPORT_DIR",
@@ -793,7 +795,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as e:
         print(f"evals.report: error: cannot write {args.out}: {e.strerror}", file=sys.stderr)
         return EXIT_USAGE
-    print(path)
+    print(console.report_headline(runs, path))
     return 0
 
 

@@ -18,12 +18,13 @@ written with `python -m evals.report` semantics (`evals.report.build_report`).
 Expected time on 2 CPU cores with the embedded pair: ~10-20 minutes per sweep.
 """
 
-import argparse
 import os
 import subprocess
 import sys
 from typing import List, Optional, Sequence
 
+from evals import cli
+from evals import console
 from evals import report
 
 SWEEPS = ("humaneval-t0", "humaneval-t1", "docsum-t0", "docsum-t1")
@@ -58,14 +59,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, extra = argv[:cut], argv[cut + 1:]
-    parser = argparse.ArgumentParser(prog="python -m evals.report_example",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("--runs_dir", default=DEFAULT_RUNS_DIR)
-    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser = cli.ArgumentParser("python -m evals.report_example", __doc__,
+                                verbose=False,
+                                epilog="Arguments after -- are passed to every evals.run.")
+    parser.add_argument("--runs_dir", default=DEFAULT_RUNS_DIR,
+                        help="where the sweeps' run folders are")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="where the report is written")
     parser.add_argument("--only", action="append", choices=SWEEPS,
-                        help="run only this sweep (repeatable)")
-    parser.add_argument("--rerun", action="store_true")
-    parser.add_argument("--dry_run", action="store_true")
+                        help="run only this sweep (repeatable; default: all)")
+    parser.add_argument("--rerun", action="store_true",
+                        help="run the sweeps again instead of resuming them")
+    parser.add_argument("--dry_run", action="store_true",
+                        help="print the commands without running them")
     args = parser.parse_args(argv)
     sweeps = args.only or list(SWEEPS)
     todo = commands(args.runs_dir, sweeps, extra, args.rerun)
@@ -82,11 +87,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.dry_run:
         return 0
     try:
-        path = report.build_report(report.load_runs(dirs), args.out)
+        runs = report.load_runs(dirs)
+        path = report.build_report(runs, args.out)
     except report.ReportError as e:
         print(f"evals.report_example: error: {e}", file=sys.stderr)
         return report.EXIT_USAGE
-    print(path)
+    print(console.report_headline(runs, path))
     return 0
 
 

@@ -3,7 +3,8 @@ r"""Evaluates a target/draft pair on a task: `python -m evals.run --task humanev
 Runs the baseline (k = 0) and the speculative run (k = --k) side by side on the same
 examples as a Beam pipeline (`pipelines.runner`, DirectRunner by default), and writes
 summary.json, examples.jsonl (one line per example, sample and mode), sweep.json (with
---k_sweep) and dead_letter.jsonl to --output_dir (DESIGN.md section 6).
+--k_sweep only), dead_letter.jsonl and run_config.json to --output_dir (fields:
+docs/design.md section 6). The installed command `tfspec-eval` is the same program.
 
 Examples:
 
@@ -15,6 +16,7 @@ Examples:
   python -m evals.run --config configs/NAME.py --limit 5                # flags override
   python -m evals.run --task humaneval --direct_num_workers 2 \
       --direct_running_mode multi_processing                            # Beam options
+  python -m evals.run --list_tasks                                      # the tasks
 
 Flags this program does not define are passed to Beam's PipelineOptions. Bad input
 (unknown task, k < 0, pass@k > num_samples, missing model or data, vocabulary mismatch,
@@ -27,67 +29,110 @@ import importlib.util
 import logging as std_logging
 import os
 import sys
-import tempfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from evals import cli
+from evals import run_spec  # Light: no TensorFlow, no Beam.
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
+PROG = "python -m evals.run"
+DOC_POINTER = "docs/design.md section 6"
+DTYPES = run_spec.DTYPES
 
-from evals import run_spec  # noqa: E402  (light: no TensorFlow, no Beam)
 
-FLAGS = flags.FLAGS
+def build_parser(prog: str = PROG) -> cli.ArgumentParser:
+    """The flags of evals.run (see `evals.cli` for the conventions)."""
+    parser = cli.ArgumentParser(prog, __doc__, error_name="evals.run")
+    add = parser.add_argument
+    add("--task", default=None,
+        help="task to evaluate; one of: " + ", ".join(_task_names())
+        + " (--list_tasks or --task list describes them)")
+    add("--list_tasks", action="store_true", help="list the tasks and exit")
+    add("--k", type=int, default=None,
+        help="draft tokens per round; 0 = autoregressive only (default "
+             f"{run_spec.DEFAULT_K}, or the largest K of --k_sweep)")
+    add("--k_sweep", default=None,
+        help="comma-separated draft lengths to sweep, e.g. 0,1,2,4 (writes sweep.json and "
+             "prints a per-K table)")
+    add("--target", default=run_spec.DEFAULT_TARGET, help="target model (tfspec.load_model spec)")
+    add("--draft", default=run_spec.DEFAULT_DRAFT, help="draft model (tfspec.load_model spec)")
+    add("--dtype", default=None, choices=DTYPES,
+        help="dtype the target and draft are loaded in (tfspec.load_model; default "
+             "float32)")
+    add("--tokenizer", default=None, help="tokenizer (default: the target's spiece.model)")
+    add("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy")
+    add("--top_k", type=int, default=0, help="top-k filtering; 0 disables")
+    add("--top_p", type=float, default=1.0, help="nucleus (top-p) filtering; 1 disables")
+    add("--num_samples", type=int, default=1, help="samples per example")
+    add("--pass_at", default=None,
+        help="comma-separated k of pass@k (HumanEval), e.g. 1,10 (default: those of "
+             "1,10,100 that --num_samples allows)")
+    add("--limit", type=int, default=None, help="evaluate the first N examples only")
+    add("--batch_size", type=int, default=1,
+        help="rows per generate call (1: the papers' setting)")
+    add("--max_new_tokens", type=int, default=run_spec.DEFAULT_MAX_NEW_TOKENS,
+        help="tokens to generate per sample at most")
+    add("--seed", type=int, default=0,
+        help="run seed; each (example, sample) has its own stream under it")
+    add("--output_dir", default=None,
+        help="output folder (local or gs://); default: a new timestamped folder under runs/")
+    cli.add_bool(parser, "resume", False, "continue the run in --output_dir: skip finished "
+                 "(id, sample, mode) records; a finished run is left unchanged")
+    cli.add_bool(parser, "baseline", True, "also run the autoregressive baseline (k = 0) on "
+                 "the same examples, for the speed-up (--nobaseline: speculative only)")
+    add("--completions", default=None,
+        help="score this completions file (JSONL: task_id, completion) instead of "
+             "generating; no model is loaded")
+    add("--data_source", default=None,
+        help="where the task's data comes from (task-specific: package, local, tfds, hf, "
+             "corpus)")
+    add("--data_path", default=None, help="data file(s) or data folder for --data_source")
+    add("--runner", default=run_spec.DEFAULT_RUNNER, help="Beam runner, e.g. DataflowRunner")
+    cli.add_bool(parser, "calibrate", True, "measure the draft cost ratio c (draft vs "
+                 "target decode step time) for predicted_speedup")
+    cli.add_bool(parser, "prompt_eos", False, "append EOS to the tokenized prompt (public "
+                 "T5 checkpoints expect it; the embedded pair was trained without)")
+    add("--tpu", default=None, help="TPU name or address ('local' on a Cloud TPU VM)")
+    add("--config", default=None,
+        help="experiment config: configs/NAME.py[:ARG], whose get_config() returns a "
+             "ConfigDict of flag values; explicit flags win")
+    add("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.epilog = ("Flags not listed here are passed to Beam's PipelineOptions. Output "
+                     f"files and their fields: {DOC_POINTER}.")
+    return parser
 
-flags.DEFINE_string("task", None, "Task: humaneval, xsum, cnn_dailymail, wmt_ende, docsum.")
-flags.DEFINE_integer("k", None, "Draft tokens per round; 0 = autoregressive only "
-                     f"(default {run_spec.DEFAULT_K}, or the largest K of --k_sweep).")
-flags.DEFINE_string("k_sweep", None, "Comma-separated draft lengths to sweep, e.g. 0,1,2,4 "
-                    "(writes sweep.json).")
-flags.DEFINE_string("target", run_spec.DEFAULT_TARGET, "Target model (tfspec.load_model spec).")
-flags.DEFINE_string("draft", run_spec.DEFAULT_DRAFT, "Draft model (tfspec.load_model spec).")
-flags.DEFINE_string("tokenizer", None, "Tokenizer (default: the target's spiece.model).")
-flags.DEFINE_float("temperature", 0.0, "Sampling temperature; 0 = greedy.")
-flags.DEFINE_integer("top_k", 0, "Top-k filtering; 0 disables.")
-flags.DEFINE_float("top_p", 1.0, "Nucleus (top-p) filtering; 1 disables.")
-flags.DEFINE_integer("num_samples", 1, "Samples per example.")
-flags.DEFINE_string("pass_at", None, "Comma-separated k of pass@k (HumanEval), e.g. 1,10; "
-                    "default: those of 1,10,100 that --num_samples allows.")
-flags.DEFINE_integer("limit", None, "Evaluate the first N examples only.")
-flags.DEFINE_integer("batch_size", 1, "Rows per generate call (1: the papers' setting).")
-flags.DEFINE_integer("max_new_tokens", run_spec.DEFAULT_MAX_NEW_TOKENS,
-                     "Tokens to generate per sample at most.")
-flags.DEFINE_integer("seed", 0, "Run seed; each (example, sample) has its own stream under it.")
-flags.DEFINE_string("output_dir", None, "Output folder (local or gs://); default: a new "
-                    "timestamped folder under runs/.")
-flags.DEFINE_boolean("resume", False, "Continue the run in --output_dir: skip finished "
-                     "(id, sample, mode) records.")
-flags.DEFINE_boolean("baseline", True, "Also run the autoregressive baseline (k = 0) on the "
-                     "same examples (for the speed-up).")
-flags.DEFINE_string("completions", None, "Score this completions file (JSONL: task_id, "
-                    "completion) instead of generating; no model is loaded.")
-flags.DEFINE_string("data_source", None, "Where the task's data comes from (task-specific: "
-                    "package, local, tfds, hf, corpus).")
-flags.DEFINE_string("data_path", None, "Data file(s) or data folder for --data_source.")
-flags.DEFINE_string("runner", run_spec.DEFAULT_RUNNER, "Beam runner, e.g. DataflowRunner.")
-flags.DEFINE_boolean("calibrate", True, "Measure the draft cost ratio c (draft vs target "
-                     "decode step time) for predicted_speedup.")
-flags.DEFINE_boolean("prompt_eos", False, "Append EOS to the tokenized prompt (public T5 "
-                     "checkpoints expect it; the embedded pair was trained without).")
-flags.DEFINE_string("tpu", None, "TPU name or address ('local' on a Cloud TPU VM).")
-flags.DEFINE_string("config", None, "Experiment config: configs/NAME.py[:ARG], whose "
-                    "get_config() returns a ConfigDict of flag values; explicit flags win.")
 
-RUN_FLAGS = ("task", "k", "k_sweep", "target", "draft", "tokenizer", "temperature", "top_k",
-             "top_p", "num_samples", "pass_at", "limit", "batch_size", "max_new_tokens",
-             "seed", "output_dir", "resume", "baseline", "completions", "data_source",
-             "data_path", "runner", "tpu", "calibrate", "prompt_eos")
-EXIT_USAGE = 2
+def _task_names():
+    from evals import tasks  # pylint: disable=import-outside-toplevel
+    return sorted(tasks.TASKS)
+
+
+def _version() -> str:
+    """tfspec's version without importing TensorFlow (tfspec/_version.py)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "tfspec", "_version.py")
+    namespace = {}
+    with open(path, encoding="utf-8") as f:
+        exec(f.read(), namespace)  # pylint: disable=exec-used  (one assignment)
+    return namespace["__version__"]
+
+
+def list_tasks() -> str:
+    """One line per task: name, then what it evaluates."""
+    from evals import tasks  # pylint: disable=import-outside-toplevel
+    width = max(len(name) for name in tasks.TASKS)
+    return "\n".join(f"{name:<{width}}  {task.description} (data: "
+                     f"{', '.join(task.data_sources)})"
+                     for name, task in sorted(tasks.TASKS.items()))
+
+
+RUN_FLAGS = ("task", "k", "k_sweep", "target", "draft", "dtype", "tokenizer", "temperature",
+             "top_k", "top_p", "num_samples", "pass_at", "limit", "batch_size",
+             "max_new_tokens", "seed", "output_dir", "resume", "baseline", "completions",
+             "data_source", "data_path", "runner", "tpu", "calibrate", "prompt_eos")
+EXIT_USAGE = cli.EXIT_USAGE
 
 
 def _usage_error(message) -> int:
-    print(f"evals.run: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
+    return cli.usage_error("evals.run", message)
 
 
 def load_config(spec: str) -> dict:
@@ -126,84 +171,83 @@ def load_config(spec: str) -> dict:
     return values
 
 
-def flag_values(beam_args) -> dict:
-    """The run's values: the config's, overridden by flags given on the command line."""
+def flag_values(parser: cli.ArgumentParser, argv, args, beam_args) -> dict:
+    """The run's values: the config's, overridden by flags given on the command line.
+
+    Args:
+      parser: `build_parser()`.
+      argv: the command-line arguments (without the program name).
+      args: `parser.parse_known_args(argv)[0]`.
+      beam_args: the arguments left for Beam.
+    """
     values = {}
-    if FLAGS.config:
-        values.update(load_config(FLAGS.config))
+    if args.config:
+        values.update(load_config(args.config))
+    given = cli.explicit_values(parser, argv)
     for name in RUN_FLAGS:
-        if FLAGS[name].present or name not in values:
-            values[name] = FLAGS[name].value
+        if name in given or name not in values:
+            values[name] = getattr(args, name)
     values["beam_args"] = list(beam_args)
-    values["config"] = FLAGS.config
+    values["config"] = args.config
     return values
 
 
-class _CapturedStderr:
-    """Sends file descriptor 2 to a temporary file (TensorFlow's native start-up logs).
+def parse(argv, prog: str = PROG):
+    """(parsed flags, RunSpec) of a command line; exits 2 on a bad flag value.
 
-    Python and C++ writers alike are captured; `replay` copies the capture to the real
-    stderr (used when something unexpected fails).
+    Raises:
+      run_spec.UsageError: values that cannot work together.
     """
-
-    def __enter__(self):
-        sys.stderr.flush()
-        self._saved = os.dup(2)
-        self._file = tempfile.TemporaryFile()
-        os.dup2(self._file.fileno(), 2)
-        return self
-
-    def replay(self):
-        self.restore()
-        self._file.seek(0)
-        sys.stderr.write(self._file.read().decode("utf-8", "replace"))
-        sys.stderr.flush()
-
-    def restore(self):
-        """Puts the real stderr back (idempotent)."""
-        if self._saved is not None:
-            sys.stderr.flush()
-            os.dup2(self._saved, 2)
-            os.close(self._saved)
-            self._saved = None
-
-    def __exit__(self, *exc):
-        self.restore()
-        self._file.close()
-        return False
+    parser = build_parser(prog)
+    args, beam_args = parser.parse_known_args(list(argv))
+    if args.list_tasks or args.task == "list":
+        return args, None
+    return args, run_spec.build_run_spec(flag_values(parser, argv, args, beam_args))
 
 
-def _quiet_logs() -> None:
-    """Keeps the terminal for the progress bar and errors (unless -v was given)."""
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)
-        # Per-shape retracing notes of tfspec's compiled loops and a Beam note about a
-        # memory metric this platform lacks.
+def _quiet_logs(verbose: bool) -> None:
+    """Keeps the terminal for the progress display and errors (unless --verbose)."""
+    if not verbose:
+        # Per-shape retracing notes of tfspec's compiled loops, and Beam's notes about a
+        # memory metric this platform lacks and about Google Cloud client libraries a local
+        # run does not use. TensorFlow's native logs: `tfspec.quiet`.
         std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
         std_logging.getLogger().addFilter(_drop_resource_module_note)
 
 
+_DROPPED_NOTES = ("Resource module is not available", "apitools not found")
+
+
 def _drop_resource_module_note(record) -> bool:
-    return not str(record.msg).startswith("Resource module is not available")
+    return not str(record.msg).startswith(_DROPPED_NOTES)
 
 
-def main(argv) -> int:
-    beam_args = argv[1:]
-    _quiet_logs()
+def main(argv=None, prog: str = PROG) -> int:
+    """Runs `python -m evals.run ARGS`; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        spec = run_spec.build_run_spec(flag_values(beam_args))
+        args, spec = parse(argv, prog)
     except run_spec.UsageError as e:
         return _usage_error(e)
-    with _CapturedStderr() as captured:
-        try:
-            from pipelines import runner  # pylint: disable=import-outside-toplevel
+    if spec is None:
+        print(list_tasks())
+        return 0
+    _quiet_logs(args.verbose)
+    try:
+        from pipelines import progress  # pylint: disable=import-outside-toplevel
+        from pipelines import runner  # pylint: disable=import-outside-toplevel
+        what = "checking the inputs" if spec.completions else "loading models"
+        with progress.transient(f"evals.run: {what}"):
             prepared = runner.prepare(spec)
-        except run_spec.UsageError as e:
-            captured.restore()
-            return _usage_error(e)
-        except BaseException:
-            captured.replay()
-            raise
+    except run_spec.UsageError as e:
+        return _usage_error(e)
+    finished = runner.finished_summary(prepared)
+    if finished is not None:
+        speedup = finished.get("speedup")
+        print(f"evals.run: the run in {prepared.output_dir} is already finished; nothing to do, "
+              f"no file changed"
+              + (f" (speed-up {speedup:.2f}x, see summary.json)" if speedup else ""))
+        return 0
     if spec.temperature == 0 and spec.num_samples > 1 and not spec.completions:
         print("evals.run: note: --temperature 0 is greedy decoding: all samples of an example "
               "are identical", file=sys.stderr)
@@ -214,16 +258,29 @@ def main(argv) -> int:
               f"continue with --output_dir {prepared.output_dir} --resume", file=sys.stderr)
         return 130
     print(runner.describe(prepared.output_dir, summary))
+    if spec.k_sweep:
+        _print_sweep(prepared.output_dir)
     return 0
 
 
-def _parse_flags(argv):
-    """absl flags; unknown ones are left for Beam. A bad flag value is a usage error."""
+def _print_sweep(output_dir: str) -> None:
+    """The per-K table of a sweep run (sweep.json)."""
+    from evals import console  # pylint: disable=import-outside-toplevel
+    from pipelines import outputs  # pylint: disable=import-outside-toplevel
+    path = outputs.join(output_dir, outputs.SWEEP)
     try:
-        return FLAGS(argv, known_only=True)
-    except flags.Error as e:
-        sys.exit(_usage_error(e))
+        sweep = outputs.read_json(path)
+    except (OSError, ValueError) as e:
+        print(f"evals.run: note: cannot read {path}: {e}", file=sys.stderr)
+        return
+    print(f"K sweep ({outputs.SWEEP}; speed-up over K = 0, sequence time percentiles):")
+    print(console.sweep_table(sweep))
+
+
+def console_main() -> None:
+    """The `tfspec-eval` console command (setup.py entry point): evals.run itself."""
+    sys.exit(main(prog="tfspec-eval"))
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    sys.exit(main())

@@ -55,6 +55,17 @@ class RunPlan:
         """Records this invocation will produce."""
         return self.total_records - len(self.resumed)
 
+    def pending_keys(self) -> List[Tuple[str, int, str, Optional[int]]]:
+        """(id, sample, mode, k) of the records this invocation will produce (k None for
+        completions)."""
+        keys = [(item.id, item.sample, records.COMPLETIONS, None)
+                for item, _ in self.completions]
+        for item in self.work:
+            if item.kind == records.GENERATE:
+                keys += [(item.id, item.sample, mode, int(k))
+                         for mode, k in (item.modes or self.spec.modes)]
+        return keys
+
 
 def load_examples(spec: RunSpec) -> List[Example]:
     """The run's examples.

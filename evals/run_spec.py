@@ -22,6 +22,7 @@ DEFAULT_DRAFT = "zoo:tiny-code-draft"
 DEFAULT_K = 4
 DEFAULT_MAX_NEW_TOKENS = 128
 DEFAULT_RUNNER = "DirectRunner"
+DTYPES = ("float32", "bfloat16")  # What tfspec.load_model(dtype=...) accepts.
 LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner",
                  "FnApiRunner", "PrismRunner")
 
@@ -42,6 +43,7 @@ class RunSpec:
       k: draft tokens per round of the speculative run (0: autoregressive only).
       k_sweep: extra draft lengths to evaluate (sweep.json), () for none.
       target, draft, tokenizer: model specs (`tfspec.load_model`); tokenizer None = target's.
+      dtype: dtype the models are loaded in ("float32" or "bfloat16"); None = float32.
       temperature, top_k, top_p: the sampling transform.
       num_samples: samples per example.
       pass_at: the pass@k to report (HumanEval), None for the task's default.
@@ -69,6 +71,7 @@ class RunSpec:
     target: str = DEFAULT_TARGET
     draft: Optional[str] = DEFAULT_DRAFT
     tokenizer: Optional[str] = None
+    dtype: Optional[str] = None
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
@@ -121,7 +124,10 @@ class RunSpec:
         """Settings a resumed run must share with the run it continues (same records)."""
         return {"task": self.task, "k": self.k, "target": self.target,
                 "draft": self.draft if self.uses_draft else None,
-                "tokenizer": self.tokenizer, "sampling": self.sampling, "seed": self.seed,
+                "tokenizer": self.tokenizer,
+                # float32 is the default: runs recorded before --dtype existed match it.
+                "dtype": None if self.dtype in (None, "float32") else self.dtype,
+                "sampling": self.sampling, "seed": self.seed,
                 "max_new_tokens": self.max_new_tokens, "prompt_eos": self.prompt_eos,
                 "data_source": self.data_source,
                 "data_path": self.data_path, "completions": self.completions}
@@ -267,6 +273,9 @@ def build_run_spec(values: Mapping[str, Any]) -> RunSpec:
 
     target = _str(values, "target", DEFAULT_TARGET)
     draft = _str(values, "draft", DEFAULT_DRAFT)
+    dtype = _str(values, "dtype")
+    if dtype not in (None,) + DTYPES:
+        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     data_source = _str(values, "data_source")
     if data_source is not None and data_source not in task_obj.data_sources:
         raise UsageError(f"--data_source {data_source} is not available for {task}; choose "
@@ -277,7 +286,7 @@ def build_run_spec(values: Mapping[str, Any]) -> RunSpec:
                          f"local folder; pass --output_dir gs://BUCKET/PATH")
     return RunSpec(
         task=task, k=k, k_sweep=k_sweep, target=target, draft=draft,
-        tokenizer=_str(values, "tokenizer"), temperature=temperature, top_k=top_k,
+        tokenizer=_str(values, "tokenizer"), dtype=dtype, temperature=temperature, top_k=top_k,
         top_p=top_p, num_samples=num_samples, pass_at=pass_at, limit=limit,
         batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed,
         output_dir=output_dir, resume=resume, baseline=baseline, completions=completions,

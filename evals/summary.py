@@ -1,4 +1,4 @@
-"""summary.json and sweep.json (DESIGN section 6) from per-mode metrics.
+"""summary.json and sweep.json (docs/design.md section 6) from per-mode metrics.
 
 The pipeline reduces the records of each mode to `{"quality", "latency", "acceptance"}`
 (`pipelines.combiners`); this module assembles the files:
@@ -29,7 +29,7 @@ from evals import records
 from evals import walltime
 
 PERCENT_PREFIXES = ("pass@",)
-HEADER_KEYS = ("task", "k", "target", "draft", "sampling", "seed", "num_examples",
+HEADER_KEYS = ("task", "k", "target", "draft", "dtype", "sampling", "seed", "num_examples",
                "num_samples", "versions", "git_commit", "started_at", "finished_at")
 
 

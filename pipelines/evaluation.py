@@ -45,6 +45,7 @@ from pipelines import combiners
 from pipelines import generation
 from pipelines import journal as journal_lib
 from pipelines import outputs
+from pipelines import progress
 
 DEAD_LETTER_TAG = "dead_letter"
 
@@ -132,7 +133,8 @@ def completion_record(item: records.WorkItem, completion: str) -> dict:
     return {"kind": generation.GENERATION, "id": item.id, "sample": item.sample,
             "mode": records.COMPLETIONS, "k": None,
             "prompt_sha256": records.prompt_sha256(item.example.prompt),
-            "raw_output": completion, "num_tokens": None, "time_s": None,
+            "prompt": item.example.prompt, "raw_output": completion, "num_tokens": None,
+            "time_s": None,
             "batch_size": None}
 
 
@@ -157,6 +159,8 @@ class ScoreFn(beam.DoFn):
                 output = raw
             else:
                 output = self._task.postprocess(raw, item.example)
+            if self._task.executes_code:
+                progress.report_phase("scoring in the sandbox")
             quality = self._task.score_samples([item.example], [output], **self._options)[0]
             yield records.make_line(record, output, quality), item.example.reference
         except Exception as e:  # noqa: BLE001  Any failure of one record is its own.
@@ -187,6 +191,7 @@ class FinalizeFn(beam.DoFn):
 
     def process(self, unused_element, metrics, calibrations, dead_letters):
         config = self._config
+        progress.report_phase("writing outputs")
         by_mode = {mode: combiners.to_metrics(value) for mode, value in metrics}
         calibration = pick_calibration(calibrations)
         letters = sorted(dead_letters, key=lambda d: (str(d["id"]), d["sample"], d["stage"]))

@@ -13,7 +13,7 @@ copy serves all processes of a machine through `multi_process_shared`, and the c
 run in that copy's process). `run_inference(batch, model, inference_args)` turns a batch of
 `evals.records.WorkItem`s into one record per (item, mode):
 
-    {"kind": "generation", "id", "sample", "mode", "k", "prompt_sha256", "raw_output",
+    {"kind": "generation", "id", "sample", "mode", "k", "prompt_sha256", "prompt", "raw_output",
      "num_tokens", "time_s", "batch_size", "rounds", "accepted", "drafted", "verified",
      "beta_sum", "accepted_per_position"}
 
@@ -82,6 +82,7 @@ import tfspec
 from tfspec import generation
 from evals import records
 from evals import walltime
+from pipelines import progress
 
 GENERATION = "generation"
 CALIBRATION = "calibration"
@@ -99,6 +100,8 @@ class ModelSpec:
       draft: spec of the draft, or None (autoregressive only).
       tokenizer: `tfspec.load_tokenizer` spec; None = the target's own tokenizer.
       tpu: TPU name/address for `tfspec.distribute.resolve_strategy`, or None.
+      dtype: `tfspec.load_model` dtype of both models ("float32" or "bfloat16"); None =
+        float32.
       prompt_add_eos: append EOS to the encoder input. Public T5 checkpoints were trained
         with it; the embedded tiny-code pair was trained without it (as the default here).
     """
@@ -108,6 +111,7 @@ class ModelSpec:
     tokenizer: Optional[str] = None
     tpu: Optional[str] = None
     prompt_add_eos: bool = False
+    dtype: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -143,8 +147,8 @@ def load_models(spec: ModelSpec) -> LoadedModels:
             from tfspec import distribute  # pylint: disable=import-outside-toplevel
             strategy = distribute.resolve_strategy(spec.tpu)
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
-            target = _load_one(spec.target, "--target")
-            draft = _load_one(spec.draft, "--draft") if spec.draft else None
+            target = _load_one(spec.target, "--target", spec.dtype)
+            draft = _load_one(spec.draft, "--draft", spec.dtype) if spec.draft else None
         if draft is not None and draft.vocab_size != target.vocab_size:
             raise ValueError(f"target and draft must share the vocabulary: target "
                              f"{spec.target} has vocab_size {target.vocab_size}, draft "
@@ -157,9 +161,9 @@ def load_models(spec: ModelSpec) -> LoadedModels:
         return loaded
 
 
-def _load_one(model_spec: str, flag: str):
+def _load_one(model_spec: str, flag: str, dtype: Optional[str] = None):
     try:
-        return tfspec.load_model(model_spec)
+        return tfspec.load_model(model_spec, dtype=dtype)
     except (OSError, ValueError, TypeError) as e:
         raise ValueError(f"cannot load {flag} {model_spec}: {_one_line(e)}") from None
 
@@ -209,7 +213,11 @@ class Generator:
         """`batch_size`: pad every generate call to at least this many rows (see "Timing");
         None: no padding (each call has exactly its real rows)."""
         self.spec = spec
-        self.models = models if models is not None else load_models(spec)
+        if models is None:
+            if spec not in _LOADED:  # In-process runners reuse the driver's models.
+                progress.report_phase("loading models")
+            models = load_models(spec)
+        self.models = models
         self.batch_size = batch_size
         self._lock = threading.Lock()
         self._warm = set()
@@ -251,11 +259,17 @@ class Generator:
         kwargs.update(overrides)
         return tfspec.generate(target, prompts, **kwargs)
 
-    def _timed(self, warm_key, fn):
-        """Runs fn untimed once per new compiled shape, then timed; returns (result, s)."""
+    def _timed(self, warm_key, fn, phase: Optional[str] = None):
+        """Runs fn untimed once per new compiled shape, then timed; returns (result, s).
+
+        `phase`: what the progress display shows during the timed call (the untimed first
+        call shows "compiling ..." instead)."""
         if warm_key not in self._warm:
+            progress.report_phase(_compile_phase(warm_key))
             fn()
             self._warm.add(warm_key)
+        if phase:
+            progress.report_phase(phase)
         start = time.perf_counter()
         result = fn()
         return result, time.perf_counter() - start
@@ -288,7 +302,7 @@ class Generator:
         width = generation.prompt_bucket(max(len(p) for p in prompts))
         gen, seconds = self._timed(
             ("generate", k, len(prompts), width, _static_args(args)),
-            lambda: self._call(self.models.target, prompts, keys, k, args))
+            lambda: self._call(self.models.target, prompts, keys, k, args), phase="decoding")
         stats = gen.stats
         out = []
         for i, item in enumerate(rows):  # Real rows only: padded rows are dropped.
@@ -296,6 +310,7 @@ class Generator:
             out.append({
                 "kind": GENERATION, "id": item.id, "sample": item.sample, "mode": mode, "k": k,
                 "prompt_sha256": records.prompt_sha256(item.example.prompt),
+                "prompt": item.example.prompt,
                 "raw_output": self.models.tokenizer.decode(gen.tokens[i, :length]),
                 "num_tokens": length, "time_s": seconds, "batch_size": len(rows),
                 "rounds": int(stats.rounds[i]), "accepted": int(stats.accepted[i]),
@@ -317,6 +332,7 @@ class Generator:
         lengths = (CALIBRATION_SHORT,
                    CALIBRATION_SHORT + max(CALIBRATION_MIN_GAP, int(args["max_new_tokens"])))
         reps = max(1, int(args.get("calibration_reps", CALIBRATION_REPS)))
+        progress.report_phase("measuring the draft cost ratio c (calibration)")
         models = {"draft": self.models.draft, "target": self.models.target}
         times = {(name, n): [] for name in models for n in lengths}
         for rep in range(reps):
@@ -326,7 +342,8 @@ class Generator:
                     _, seconds = self._timed(
                         ("calibrate", name, width, n, _static_args(args)),
                         lambda m=models[name], n=n: self._call(
-                            m, prompts, keys, 0, args, max_new_tokens=n, eos_id=None))
+                            m, prompts, keys, 0, args, max_new_tokens=n, eos_id=None),
+                        phase="measuring the draft cost ratio c (calibration)")
                     times[(name, n)].append(seconds)
         steps = {name: (min(times[(name, lengths[1])]) - min(times[(name, lengths[0])]))
                  / (lengths[1] - lengths[0]) for name in models}
@@ -427,6 +444,21 @@ def calibration_ks(modes: Sequence[Sequence[Any]]) -> List[int]:
     chosen = {ks[0], ks[-1]}
     chosen.update(int(k) for m, k in modes if m == records.SPECULATIVE and int(k) > 0)
     return sorted(chosen)
+
+
+def _compile_phase(warm_key: tuple) -> str:
+    """The progress phase of the untimed first call of a compiled shape."""
+    if warm_key[0] == "generate":
+        _, k, rows, width, _ = warm_key
+        return (f"compiling k={k}, batch {rows}, prompt bucket {width} "
+                f"(untimed warm-up call)")
+    if warm_key[1] == "speculative":  # ("calibrate", "speculative", k, width, n, args)
+        _, _, k, width, n, _ = warm_key
+        return (f"calibration: compiling speculative rounds at k={k}, {n} tokens, prompt "
+                f"bucket {width} (untimed warm-up call)")
+    _, name, width, n, _ = warm_key
+    return (f"calibration: compiling the {name} alone, {n} tokens, prompt bucket {width} "
+            f"(untimed warm-up call)")
 
 
 def _static_args(args: Mapping[str, Any]) -> tuple:

@@ -22,6 +22,7 @@ from apache_beam.options import pipeline_options as beam_options
 
 from evals import datasources
 from evals import provenance
+from evals import records
 from evals import summary as summary_lib
 from evals import run_plan
 from evals import run_spec as run_spec_lib
@@ -61,7 +62,7 @@ def pipeline_options(spec: RunSpec) -> beam_options.PipelineOptions:
     unknown = unknown_beam_args(args)
     if unknown:
         raise UsageError(f"unknown flag {unknown[0]}: neither an evals.run flag nor a Beam "
-                         f"pipeline option (see python -m evals.run --helpfull)")
+                         f"pipeline option (see python -m evals.run --help)")
     return beam_options.PipelineOptions(args)
 
 
@@ -88,7 +89,7 @@ def model_spec_for(spec: RunSpec):
     return generation.ModelSpec(target=spec.target,
                                 draft=spec.draft if spec.uses_draft else None,
                                 tokenizer=spec.tokenizer, tpu=spec.tpu,
-                                prompt_add_eos=spec.prompt_eos)
+                                prompt_add_eos=spec.prompt_eos, dtype=spec.dtype)
 
 
 def prepare(spec: RunSpec) -> PreparedRun:
@@ -173,6 +174,7 @@ def summary_header(prepared: PreparedRun, started_at: str) -> dict:
         "task": spec.task,
         "k": None if completions else spec.k,
         "target": None if completions else spec.target,
+        "dtype": None if completions else (spec.dtype or "float32"),
         "draft": spec.draft if spec.uses_draft else None,
         "sampling": None if completions else spec.sampling,
         "seed": spec.seed,
@@ -204,9 +206,48 @@ def evaluation_config(prepared: PreparedRun, started_at: str):
         score_options={"workers": 1} if task.executes_code else {})
 
 
+def finished_summary(prepared: PreparedRun) -> Optional[dict]:
+    """summary.json of a resumed run with nothing left to do, else None.
+
+    Finished means: every record of the run is in examples.jsonl, and summary.json (and
+    sweep.json for a sweep) were written for the same examples, samples and modes. Such a
+    run is left exactly as it is: no file is rewritten, the calibration is not measured
+    again, and summary.json keeps the timestamps of the run that produced it.
+    """
+    spec, plan = prepared.spec, prepared.plan
+    if not spec.resume or plan.pending_records:
+        return None
+    try:
+        summary = outputs.read_json(outputs.join(prepared.output_dir, outputs.SUMMARY))
+    except (OSError, ValueError):
+        return None
+    header = summary_header(prepared, started_at="")
+    expected_modes = {m for m, _ in spec.modes if m in _SUMMARY_MODES}
+    same = (isinstance(summary, dict)
+            and summary.get("num_examples") == header["num_examples"]
+            and summary.get("num_samples") == header["num_samples"]
+            and set(summary.get("runs") or {}) == expected_modes)
+    if not same:
+        return None
+    if spec.k_sweep and not outputs.exists(outputs.join(prepared.output_dir, outputs.SWEEP)):
+        return None
+    return summary
+
+
+# Modes listed under summary.json's `runs` (the other Ks of a sweep are in sweep.json).
+_SUMMARY_MODES = (records.SPECULATIVE, records.AUTOREGRESSIVE, records.COMPLETIONS)
+
+
 def execute(prepared: PreparedRun, progress: bool = True) -> dict:
-    """Creates the output folder, runs the pipeline, returns summary.json's content."""
+    """Creates the output folder, runs the pipeline, returns summary.json's content.
+
+    A resumed run that is already finished (`finished_summary`) is not run again: its
+    summary is returned and nothing is written.
+    """
     from pipelines import evaluation  # pylint: disable=import-outside-toplevel
+    finished = finished_summary(prepared)
+    if finished is not None:
+        return finished
     spec, plan = prepared.spec, prepared.plan
     started_at = provenance.now()
     outputs.makedirs(prepared.output_dir)
@@ -218,8 +259,8 @@ def execute(prepared: PreparedRun, progress: bool = True) -> dict:
     references = {e.id: e.reference for e in plan.examples}
     resumed: List[Tuple[dict, str]] = [(line, references.get(line["id"], ""))
                                        for line in plan.resumed]
-    with progress_lib.JournalProgress(prepared.journal, plan.pending_records,
-                                      enabled=progress):
+    with progress_lib.JournalProgress.for_work(prepared.journal, plan.pending_keys(),
+                                               enabled=progress):
         evaluation.run(config, prepared.options, plan.work, plan.completions, resumed)
     return outputs.read_json(outputs.join(prepared.output_dir, outputs.SUMMARY))
 
@@ -265,4 +306,5 @@ def _fmt(value: Any) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
-__all__ = ["PreparedRun", "UsageError", "describe", "execute", "prepare", "run"]
+__all__ = ["PreparedRun", "UsageError", "describe", "execute", "finished_summary", "prepare",
+           "run"]

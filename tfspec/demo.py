@@ -8,7 +8,6 @@ acceptance and timing. (Random weights make acceptance low, so no speed-up is ex
 the trained embedded pair is what `python -m evals.run` uses.)
 """
 
-import argparse
 import sys
 import time
 
@@ -34,10 +33,11 @@ def _prompts(tokenizer, count: int):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--num_prompts", type=int, default=4)
-    parser.add_argument("--max_new_tokens", type=int, default=32)
-    parser.add_argument("--k", type=int, default=4)
+    from tfspec import train  # pylint: disable=import-outside-toplevel  (its CLI convention)
+    parser = train.ArgumentParser("python -m tfspec.demo", __doc__)
+    parser.add_argument("--num_prompts", type=int, default=4, help="held-out code prompts")
+    parser.add_argument("--max_new_tokens", type=int, default=32, help="tokens per prompt")
+    parser.add_argument("--k", type=int, default=4, help="draft tokens per round")
     args = parser.parse_args(argv)
 
     tokenizer = tfspec.load_tokenizer("zoo:tiny-code-target")

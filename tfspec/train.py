@@ -56,13 +56,40 @@ class _null:
         return False
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter,
+                    argparse.RawDescriptionHelpFormatter):
+    """Defaults in the help (unless None or empty: the help says what happens), the
+    description's line breaks kept (as `evals.cli`)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default in ("", []):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """The command-line convention of every entry point (`evals.cli`, which the library may
+    not import): `-h`/`--help` exit 0 with defaults shown, no abbreviations, and a bad flag
+    is one line on stderr with exit status 2."""
+
+    def __init__(self, prog: str, description: str):
+        super().__init__(prog=prog, description=description, formatter_class=HelpFormatter,
+                         allow_abbrev=False)
+        self.add_argument("--verbose", action="store_true",
+                          help="show TensorFlow's native (C++) logs (same as "
+                               "TFSPEC_VERBOSE=1)")
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tfspec.train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser("python -m tfspec.train", __doc__)
     parser.add_argument("--config", required=True, help="FILE[:ARG] with get_config(ARG).")
     parser.add_argument("--workdir", default=None,
                         help="Checkpoints and logs (default: the config's workdir).")
-    parser.add_argument("--stage", default="all", choices=("target", "draft", "export", "all"))
+    parser.add_argument("--stage", default="all", choices=("target", "draft", "export", "all"),
+                        help="what to run")
     parser.add_argument("--max_steps", type=int, default=None,
                         help="Train the training stages to this step instead of the "
                              "config's steps (the learning-rate schedule is unchanged).")
@@ -76,9 +103,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    import tensorflow as tf  # Imported late: TensorFlow is slow to load.
+    # Imported late (TensorFlow is slow to load); tfspec first, which keeps TensorFlow's
+    # native start-up logs quiet (tfspec.quiet).
+    import tfspec  # noqa: F401  pylint: disable=unused-import
+    import tensorflow as tf
 
     from tfspec.training import export, stages
     tf.get_logger().setLevel("ERROR")  # Bucketed shapes retrace on purpose; no warnings.

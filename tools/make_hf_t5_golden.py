@@ -178,10 +178,15 @@ def make(name, spec, out_dir, seed):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "hf_t5"))
-    parser.add_argument("--seed", type=int, default=0)
+    # The convention of evals/cli.py (defaults in the help), without importing the project:
+    # this tool runs in a separate torch environment.
+    parser = argparse.ArgumentParser(prog="python tools/make_hf_t5_golden.py",
+                                     description=__doc__.split("\n")[0], allow_abbrev=False,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--out", help="fixture folder", default=os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures",
+        "hf_t5"))
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first model")
     args = parser.parse_args()
     for i, (name, spec) in enumerate(MODELS.items()):
         make(name, spec, args.out, args.seed + i)

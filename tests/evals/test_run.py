@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -99,11 +100,7 @@ def _in_process(args, monkeypatch=None):
     from evals import run  # pylint: disable=import-outside-toplevel
     from pipelines import runner  # pylint: disable=import-outside-toplevel
 
-    try:
-        leftover = run.FLAGS(["evals.run", *args], known_only=True)
-        spec = run.run_spec.build_run_spec(run.flag_values(leftover[1:]))
-    finally:
-        run.FLAGS.unparse_flags()
+    _, spec = run.parse(args)
     return runner.run(spec, progress=False)
 
 
@@ -181,6 +178,37 @@ def test_kill_halfway_then_resume(pair, xsum, tmp_path, monkeypatch):
     assert summary["runs"]["autoregressive"]["latency"]["num_tokens"] > 0
 
 
+def test_sweep_prints_a_per_k_table_and_resuming_a_finished_run_changes_nothing(
+        pair, xsum, tmp_path):
+    out = tmp_path / "sweep"
+    args = _xsum_args(pair, xsum, out, "--k_sweep", "0,1,2", "--calibrate")
+    first = _run(args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    sweep = json.loads((out / "sweep.json").read_text())
+    table = first.stdout[first.stdout.index("K sweep"):].splitlines()[1:]
+    assert table[0].split() == ["K", "ms/token", "speed-up", "acceptance", "p50", "(ms)",
+                                "p99", "(ms)"]
+    for row, entry in zip(table[1:], sweep):
+        cells = row.split()
+        assert cells[0] == str(entry["k"])
+        assert cells[1] == f"{entry['latency']['ms_per_token']:.3f}"
+        assert cells[2] == f"{entry['speedup']:.2f}x"
+        assert cells[5] == f"{1e3 * entry['latency']['seq_time_p99_s']:.1f}"
+    assert len(table) == 1 + 3
+    # Every line carries the prompt text beside its hash.
+    docs = {f"doc{i}": doc for i, doc in enumerate(tiny_models.XSUM_DOCS)}
+    for row in tiny_models.read_lines(str(out / "examples.jsonl")):
+        assert row["prompt_sha256"] == records.prompt_sha256(row["prompt"])
+        assert docs[row["id"]] in row["prompt"]
+
+    files = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
+    assert json.loads(files["summary.json"][0])["calibration"]["draft_cost_ratio"] is not None
+    again = _run([*args, "--resume"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("\n") == 1 and "already finished" in again.stdout, again.stdout
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == files
+
+
 @pytest.mark.parametrize("limit", [
     12, pytest.param(None, marks=pytest.mark.slow, id="all-164")])
 def test_completions_of_canonical_solutions_report_pass_at_1_of_100(tmp_path, limit):
@@ -212,12 +240,10 @@ def test_config_file_values_and_explicit_flags_win(tmp_path):
         "    c.k_sweep = [0, 1, 3]\n"
         "    c.limit = 10 if arg is None else int(arg)\n"
         "    return c\n")
-    try:
-        leftover = run.FLAGS(["evals.run", "--config", f"{config}:5", "--k", "2",
-                              "--direct_num_workers", "2"], known_only=True)
-        values = run.flag_values(leftover[1:])
-    finally:
-        run.FLAGS.unparse_flags()
+    argv = ["--config", f"{config}:5", "--k", "2", "--direct_num_workers", "2"]
+    parser = run.build_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    values = run.flag_values(parser, argv, args, beam_args)
     assert (values["task"], values["k"], values["limit"]) == ("humaneval", 2, 5)
     assert values["k_sweep"] == [0, 1, 3] and values["beam_args"] == ["--direct_num_workers", "2"]
     assert values["max_new_tokens"] == 128  # Neither config nor flag: the default.
@@ -251,3 +277,13 @@ def test_main_command_on_the_embedded_default(tmp_path):
     for row in rows:
         by_mode.setdefault(row["mode"], {})[row["id"]] = row["output"]
     assert by_mode["speculative"] == by_mode["autoregressive"] and len(rows) == 6
+    # The README's promise: no sweep.json without --k_sweep.
+    assert sorted(p.name for p in out.iterdir()) == [
+        "dead_letter.jsonl", "examples.jsonl", "run_config.json", "summary.json"]
+    # Quiet (no TensorFlow native log line) and a progress display that names its phases
+    # and counts examples like the header ("3 examples x 1 samples").
+    assert not re.search(r"absl::InitializeLog|^[IWEF]\d{4} |cpu_feature_guard",
+                         result.stderr, re.M), result.stderr[-3000:]
+    assert "3/3" in result.stderr and "AR 3/3 · k=4 3/3" in result.stderr, result.stderr
+    assert "writing outputs" in result.stderr
+    assert "humaneval: 3 examples x 1 samples" in result.stdout

@@ -33,11 +33,8 @@ def main():
 
     generation.Generator._generate = slow_and_logged  # pylint: disable=protected-access
 
-    from absl import app  # pylint: disable=import-outside-toplevel
-
     from evals import run  # pylint: disable=import-outside-toplevel
-    app.run(run.main, argv=["evals.run", *argv],
-            flags_parser=run._parse_flags)  # pylint: disable=protected-access
+    sys.exit(run.main(argv))
 
 
 if __name__ == "__main__":

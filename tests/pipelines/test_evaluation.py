@@ -61,7 +61,7 @@ def test_humaneval_run_writes_the_contract_files(pair, tmp_path):
                                               outputs.DEAD_LETTER, outputs.RUN_CONFIG])
     assert summary == outputs.read_json(str(out / outputs.SUMMARY))
 
-    # summary.json, DESIGN section 6.
+    # summary.json, docs/design.md section 6.
     assert list(summary)[:len(summary_lib.HEADER_KEYS)] == list(summary_lib.HEADER_KEYS)
     assert {"runs", "speedup"} <= set(summary)
     assert summary["task"] == "humaneval" and summary["k"] == 3

@@ -1,5 +1,6 @@
 """Tests for pipelines.generation: the handler called directly, then through RunInference."""
 
+import dataclasses
 import time
 
 import apache_beam as beam
@@ -55,6 +56,7 @@ def test_handler_direct_one_record_per_item_and_mode(spec, make_items):
         rec = r.inference
         assert r.example.id == rec["id"]
         assert rec["prompt_sha256"] == records.prompt_sha256(r.example.example.prompt)
+        assert rec["prompt"] == r.example.example.prompt  # The text beside its hash.
         assert 1 <= rec["num_tokens"] <= MAX_NEW
         assert rec["time_s"] > 0 and rec["batch_size"] == 1
         if rec["k"] == 0:
@@ -228,6 +230,37 @@ def test_load_models_errors(pair, tmp_path):
     with pytest.raises(ValueError, match=r"share the vocabulary.*vocab_size 320.*vocab_size 328"):
         generation.load_models(generation.ModelSpec(target=other["target"],
                                                     draft=other["draft"]))
+
+
+@pytest.mark.parametrize("dtype", [None, "float32", "bfloat16"])
+def test_dtype_is_passed_to_load_model(pair, dtype):
+    models = generation.load_models(generation.ModelSpec(target=pair["target"],
+                                                         draft=pair["draft"], dtype=dtype))
+    for model in (models.target, models.draft):
+        assert {v.dtype for v in model.weights} == {dtype or "float32"}
+
+
+def test_phases_reported_while_generating(spec, make_items, tmp_path, monkeypatch):
+    from pipelines import progress  # pylint: disable=import-outside-toplevel
+    phases = []
+    monkeypatch.setattr(progress, "report_phase", phases.append)
+    # A process that has not loaded the models yet says so; one that has does not.
+    fresh = dataclasses.replace(spec, dtype="float32")
+    monkeypatch.delitem(generation._LOADED, fresh, raising=False)  # pylint: disable=protected-access
+    generation.Generator(fresh, batch_size=1)
+    assert phases == ["loading models"]
+    phases.clear()
+    generation.Generator(fresh, batch_size=1)
+    assert phases == []
+    model = generation.Generator(spec, batch_size=1)
+    phases.clear()
+    items = make_items(1)
+    # A prompt bucket no other test of this module compiled, so the first call compiles.
+    model.run(items, generation.inference_args([("speculative", 2)], GREEDY, 0, MAX_NEW + 1))
+    model.run(items, generation.inference_args([("speculative", 2)], GREEDY, 0, MAX_NEW + 1))
+    width = tf_generation.prompt_bucket(len(model._encode(items[0].example.prompt)))  # pylint: disable=protected-access
+    assert phases == [f"compiling k=2, batch 1, prompt bucket {width} (untimed warm-up call)",
+                      "decoding", "decoding"]
 
 
 def test_embedded_pair_through_run_inference_greedy_modes_agree(make_items):

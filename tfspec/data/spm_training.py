@@ -107,7 +107,7 @@ def train_sentencepiece(texts: Iterable[str], model_path: str, vocab_size: int =
     Args:
       texts: training documents; each may span many lines (longer than
         `max_sentence_length` bytes are cut at line ends).
-      model_path: output file (e.g. `.../spiece.model`); its directory is created.
+      model_path: output file (e.g. `DIR/spiece.model`); its directory is created.
       vocab_size: number of pieces, special and byte pieces included (at least ~300 with byte
         fallback).
       seed: seeds the input sample (when `max_sentences` is set) and SentencePiece's RNG.
