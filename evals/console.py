@@ -74,8 +74,12 @@ def run_headline(run: "report.Run") -> str:
     if spec:
         acceptance = (spec.get("acceptance") or {}).get("acceptance_rate")
         parts.append(f"acceptance {_fmt(acceptance, 3)}")
-        parts.append(f"predicted {_fmt(spec.get('predicted_speedup'), 2, 'x')}")
-        best = report.recommended_k(*report.alpha_and_c(spec))
+        parts.append(f"formula {_fmt(spec.get('predicted_speedup'), 2, 'x')}")
+        if spec.get("calibrated_speedup") is not None:
+            parts.append(f"calibrated {_fmt(spec.get('calibrated_speedup'), 2, 'x')}")
+        best = report.calibrated_k(run, spec)
+        if best is None:  # No measured round costs (older runs): the formula's optimum.
+            best = report.recommended_k(*report.alpha_and_c(spec))
         parts.append(f"recommended k {best if best is not None else DASH}")
     lines.append("  " + ", ".join(parts))
     measured = [(e.get("speedup"), e.get("k")) for e in run.sweep or []
