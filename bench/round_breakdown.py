@@ -78,24 +78,20 @@ weighting); `method` states in words how each key was measured.
 
 import argparse
 import inspect
-import math
 import platform
 import sys
-import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 import tfspec  # First: it keeps TensorFlow's native start-up logs quiet (tfspec.quiet).
-import tensorflow as tf  # pylint: disable=wrong-import-order
 from bench import models as bench_models
 from bench import speedup as speedup_lib
 from bench import timing
+from bench.component_loops import (SHARED_PARTS, WIDTH_PARTS, Programs, SlopeLoop,
+                                   component_loops, pad_batch, width_weights)
 from evals import cli
-from tfspec import acceptance as acceptance_lib
 from tfspec import decoding
-from tfspec import generation
-from tfspec import rng
 from tfspec import sampling as sampling_lib
 
 PAIRS = {
@@ -191,75 +187,6 @@ METHOD = {
     "round_over_formula": "round_ms / (k * draft_ar_step_ms + ar_step_ms).",
 }
 
-_PROBE_ITERATIONS = 5
-_MAX_ITERATIONS = 20000
-_GOLDEN = 0.6180339887  # Irrational step: the uniforms of successive iterations differ.
-_SHIFT = 1e-6           # Row-constant logit shift: changes no softmax/argmax, defeats hoisting.
-
-
-# ------------------------------------------------------------------------------ free models
-
-
-class FreeModel:
-    """A `DecodeModel` with no network: every window entry gets the same logits row.
-
-    `decode` returns `logits_row` broadcast to [B, W, V] plus row constants that depend on
-    the prompt length and the position (1e-6 * (length % 2) + 1e-6 * (position % 2)): they
-    leave every softmax and argmax unchanged but make the logits depend on the loop's data,
-    so XLA cannot hoist the sampling or acceptance work that consumes them out of a loop.
-    Two FreeModels with the same row agree exactly, so a free pair accepts every draft. The
-    cache is int32 [B], the last position written.
-
-    Args:
-      logits_row: float [V]; put -inf on the EOS id to keep rows from stopping.
-      eos_id: the EOS id the loop is compiled with (the real pair's).
-      pad_id: pad / decoder start id.
-    """
-
-    def __init__(self, logits_row, eos_id: Optional[int], pad_id: int = 0):
-        self._row = np.asarray(logits_row, dtype=np.float32).reshape(-1)
-        self._eos_id = eos_id
-        self._pad_id = pad_id
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self._row.shape[0])
-
-    @property
-    def eos_id(self) -> Optional[int]:
-        return self._eos_id
-
-    @property
-    def pad_id(self) -> int:
-        return self._pad_id
-
-    @property
-    def max_prompt_length(self) -> Optional[int]:
-        return None
-
-    def prepare(self, prompt_ids, prompt_lengths, max_length: int):
-        """Returns (context = per-row logits float32 [B, V], cache = int32 [B] zeros)."""
-        del prompt_ids, max_length
-        prompt_lengths = tf.cast(prompt_lengths, tf.int32)
-        shift = _SHIFT * tf.cast(prompt_lengths % 2, tf.float32)[:, None]       # [B, 1]
-        return tf.constant(self._row)[None, :] + shift, tf.zeros_like(prompt_lengths)
-
-    def decode(self, context, cache, ids, positions):
-        """ids, positions int32 [B, W] -> (float32 [B, W, V], int32 [B])."""
-        del cache, ids
-        positions = tf.convert_to_tensor(positions, tf.int32)
-        shift = _SHIFT * tf.cast(positions % 2, tf.float32)[:, :, None]        # [B, W, 1]
-        return context[:, None, :] + shift, positions[:, -1]
-
-
-def free_pair(vocab_size: int, eos_id: Optional[int], pad_id: int = 0,
-              seed: int = 0) -> Tuple[FreeModel, FreeModel]:
-    """(target, draft) FreeModels sharing one random logits row (EOS at -inf)."""
-    row = np.random.RandomState(seed).normal(size=vocab_size).astype(np.float32)
-    if eos_id is not None:
-        row[eos_id] = -np.inf
-    return FreeModel(row, eos_id, pad_id), FreeModel(row, eos_id, pad_id)
-
 
 # ------------------------------------------------------------------------------- statistics
 
@@ -300,387 +227,14 @@ def catch_up_needed_fraction(stats_list: Sequence[tfspec.DecodeStats], k: int) -
     return catch_up_rounds / loop_rounds if loop_rounds else 0.0
 
 
-def _start_id(model) -> int:
-    """The id at decoder position 0 (as `tfspec.generate` picks it)."""
-    return int(getattr(model, "decoder_start_id", model.pad_id))
-
-
 def _loop_rounds(gens) -> int:
     # Each loop runs until its slowest row finishes: one iteration per round of that row.
     return max(1, sum(int(np.max(gen.stats.rounds)) for gen in gens))
 
 
-# ------------------------------------------------------------------------- isolated loops
 
 
-def _pad_batch(prompts: Sequence[Sequence[int]], pad_id: int) -> Tuple[tf.Tensor, tf.Tensor]:
-    """Prompts -> (int32 [B, S] left-aligned, padded to generate's bucket; int32 [B])."""
-    lengths = np.array([len(p) for p in prompts], dtype=np.int32)
-    width = generation.prompt_bucket(int(lengths.max()))
-    ids = np.full([len(prompts), width], pad_id, dtype=np.int32)
-    for i, p in enumerate(prompts):
-        ids[i, :len(p)] = p
-    return tf.constant(ids), tf.constant(lengths)
-
-
-def _checksum(nest) -> tf.Tensor:
-    """float32 []: a sum over every tensor of `nest` (keeps all of it live for XLA)."""
-    parts = [tf.reduce_sum(tf.cast(x, tf.float32)) for x in tf.nest.flatten(nest)
-             if isinstance(x, tf.Tensor)]
-    return tf.add_n(parts) if parts else tf.constant(0.0)
-
-
-def _choose(logits: tf.Tensor, uniforms: tf.Tensor, sampling: sampling_lib.Sampling):
-    """The draft block's token choice: logits [B, V], uniforms [B] -> int32 [B]."""
-    if sampling.greedy:
-        return tf.argmax(logits, axis=-1, output_type=tf.int32)
-    probs = sampling_lib.logits_to_probs(logits, sampling)
-    return sampling_lib.sample_categorical(probs, uniforms)
-
-
-def _cycling_uniforms(uniforms: tf.Tensor, i: tf.Tensor) -> tf.Tensor:
-    """float32 [B] in [0, 1), different for every iteration i."""
-    return tf.math.floormod(uniforms + _GOLDEN * tf.cast(i, tf.float32), 1.0)
-
-
-# Each builder returns one tf.function(jit_compile=True) taking the iteration count last (a
-# tensor, so N = 1 and the calibrated N share one trace). Positions cycle over
-# [0, max_new_tokens) (+ the window), so every write stays inside the caches `prepare`
-# allocated for the loop's buffer length max_new_tokens + k + 2.
-
-
-def _draft_step_loop(draft, sampling: sampling_lib.Sampling, max_new_tokens: int):
-    """fn(context, cache, start_ids int32 [B], uniforms float32 [B], iterations) -> []."""
-
-    @tf.function(jit_compile=True)
-    def draft_step(context, cache, start_ids, uniforms, iterations):
-        def body(i, token, cache):
-            positions = tf.fill(tf.shape(token[:, None]), i % max_new_tokens)
-            logits, cache = draft.decode(context, cache, token[:, None], positions)
-            # The token is fed back: every step depends on the previous one, as in the loop.
-            return i + 1, _choose(logits[:, 0], _cycling_uniforms(uniforms, i), sampling), cache
-        _, token, _ = tf.while_loop(lambda i, *_: i < iterations, body,
-                                    (tf.constant(0), start_ids, cache))
-        return tf.reduce_sum(tf.cast(token, tf.float32))
-
-    return draft_step
-
-
-def _sample_loop(sampling: sampling_lib.Sampling):
-    """fn(logits float32 [B, V], uniforms float32 [B], iterations) -> float32 []."""
-
-    @tf.function(jit_compile=True)
-    def sample(logits, uniforms, iterations):
-        def body(i, token):
-            # A row-constant shift from the previous token: same distribution, but the work
-            # depends on the iteration, so XLA cannot hoist it out of the loop.
-            shifted = logits + _SHIFT * tf.cast(token % 2, tf.float32)[:, None]
-            return i + 1, _choose(shifted, _cycling_uniforms(uniforms, i), sampling)
-        token0 = tf.zeros(tf.shape(logits)[:1], tf.int32)
-        _, token = tf.while_loop(lambda i, *_: i < iterations, body,
-                                 (tf.constant(0), token0))
-        return tf.reduce_sum(tf.cast(token, tf.float32))
-
-    return sample
-
-
-def _catch_up_loop(draft, max_new_tokens: int):
-    """fn(context, cache, start_ids int32 [B], iterations) -> float32 [] (cache checksum)."""
-    vocab_size = draft.vocab_size
-
-    @tf.function(jit_compile=True)
-    def catch_up(context, cache, start_ids, iterations):
-        def body(i, cache):
-            ids = tf.math.floormod(start_ids + i, vocab_size)[:, None]
-            positions = tf.fill(tf.shape(ids), i % max_new_tokens)
-            _, cache = draft.decode(context, cache, ids, positions)  # Logits discarded.
-            return i + 1, cache
-        _, cache = tf.while_loop(lambda i, *_: i < iterations, body, (tf.constant(0), cache))
-        return _checksum(cache)
-
-    return catch_up
-
-
-def _verify_loop(target, k: int, max_new_tokens: int):
-    """fn(context, cache, window_ids int32 [B, k + 1], iterations) -> float32 []."""
-    vocab_size = target.vocab_size
-    slots = tf.range(k + 1)[None, :]
-
-    @tf.function(jit_compile=True)
-    def verify(context, cache, window_ids, iterations):
-        def body(i, total, cache):
-            ids = tf.math.floormod(window_ids + i, vocab_size)
-            positions = tf.broadcast_to(i % max_new_tokens + slots, tf.shape(ids))
-            logits, cache = target.decode(context, cache, ids, positions)
-            # Consuming the logits keeps the LM head (unused logits would be dropped).
-            return i + 1, total + tf.reduce_max(logits, axis=-1), cache
-        total0 = tf.zeros(tf.shape(window_ids), tf.float32)
-        _, total, _ = tf.while_loop(lambda i, *_: i < iterations, body,
-                                    (tf.constant(0), total0, cache))
-        return tf.reduce_sum(total)
-
-    return verify
-
-
-def _accept_loop(k: int, sampling: sampling_lib.Sampling):
-    """fn(target_logits [B, k+1, V], draft_probs [B, k, V] (unused if greedy), draft_ids
-    int32 [B, k], keys uint32 [B, 2], iterations) -> float32 [].
-
-    Mirrors `decoding._verify` after the target call.
-    """
-
-    @tf.function(jit_compile=True)
-    def accept(target_logits, draft_probs, draft_ids, keys, iterations):
-        def body(i, num_accepted, total):
-            # Row-constant shifts from the previous result (see `_sample_loop`).
-            shift = _SHIFT * tf.cast(num_accepted % 2, tf.float32)[:, None, None]
-            logits = target_logits + shift
-            if sampling.greedy:
-                target_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-                result = acceptance_lib.accept_greedy(target_ids, draft_ids)
-            else:
-                target_probs = sampling_lib.logits_to_probs(logits, sampling)
-                final_uniforms = rng.uniform(keys, i, 2, 1)[:, 0]
-                accept_uniforms = rng.uniform(keys, i, 1, k)
-                result = acceptance_lib.accept(target_probs, draft_probs * (1.0 + shift),
-                                               draft_ids, accept_uniforms, final_uniforms)
-            total += (tf.reduce_sum(result.beta)
-                      + tf.cast(tf.reduce_sum(result.next_ids), tf.float32))
-            return i + 1, result.num_accepted, total
-        zeros = tf.zeros(tf.shape(draft_ids)[:1], tf.int32)
-        _, _, total = tf.while_loop(lambda i, *_: i < iterations, body,
-                                    (tf.constant(0), zeros, tf.constant(0.0)))
-        return total
-
-    return accept
-
-
-def _free_loop(free_target, free_draft, config: decoding.LoopConfig) -> Callable:
-    """An outer compiled while loop whose every iteration is one whole free decode_loop.
-
-    Returns:
-      fn(prompt_ids, prompt_lengths, row_keys, iterations) -> (float32 [] checksum of every
-      output of the loop, int32 [] loop rounds of the last decode_loop).
-    """
-
-    @tf.function(jit_compile=True)
-    def free_loops(prompt_ids, prompt_lengths, row_keys, iterations):
-        def body(i, total, rounds):
-            # Inputs that depend on the previous iteration keep the inner loop inside the
-            # outer one (XLA hoists loop-invariant work): the seed (sampled streams) and, for
-            # greedy decoding, the prompt lengths the free logits depend on (+ 0: the
-            # checksum of non-negative outputs is never negative, which XLA cannot know).
-            lengths_i = prompt_lengths + tf.cast(total < 0.0, tf.int32)
-            out_ids, lengths, state = decoding.decode_loop(
-                free_target, free_draft, prompt_ids, lengths_i, row_keys,
-                tf.cast(i, tf.int64), config)
-            # Everything generate returns stays live, as in the real program.
-            outputs = [out_ids, lengths, state.rounds, state.drafted, state.accepted,
-                       state.verified, state.accepted_per_position, state.beta_sum]
-            return i + 1, total + _checksum(outputs), state.round_idx
-        _, total, rounds = tf.while_loop(lambda i, *_: i < iterations, body,
-                                         (tf.constant(0), tf.constant(0.0), tf.constant(0)))
-        return total, rounds
-
-    return free_loops
-
-
-def _time_once(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-class _SlopeLoop:
-    """One isolated loop timed at N = 1 and at a calibrated N (see `calibrate`)."""
-
-    def __init__(self, name: str, run_n: Callable[[int], object]):
-        self.name = name
-        self._run_n = run_n
-        self.iterations = _PROBE_ITERATIONS
-
-    def calibrate(self, seconds: float) -> None:
-        """Compiles, then picks N so that N - 1 iterations take about `seconds`.
-
-        Probes N = 5, 20, 80, ... until the probe's extra iterations take a quarter of
-        `seconds` (so dispatch noise cannot fake a tiny per-iteration cost), then
-        extrapolates.
-        """
-        self._run_n(1)  # Compilation (one trace: the iteration count is a tensor).
-        base = _time_once(lambda: self._run_n(1))
-        probe = _PROBE_ITERATIONS
-        while True:
-            span = _time_once(lambda: self._run_n(probe)) - base
-            if span >= seconds / 4 or probe >= _MAX_ITERATIONS:
-                break
-            probe = min(_MAX_ITERATIONS, probe * 4)
-        per_iteration = max(span / (probe - 1), 1e-9)
-        wanted = math.ceil(seconds / per_iteration) + 1
-        self.iterations = int(min(_MAX_ITERATIONS, max(_PROBE_ITERATIONS, wanted)))
-
-    def fns(self) -> List[Tuple[str, Callable[[], object]]]:
-        return [(f"{self.name}@1", lambda: self._run_n(1)),
-                (f"{self.name}@N", lambda: self._run_n(self.iterations))]
-
-    def per_iteration_ms(self, times: Dict[str, float]) -> float:
-        span = times[f"{self.name}@N"] - times[f"{self.name}@1"]
-        return 1e3 * span / (self.iterations - 1)
-
-
-def _numpy_result(fn):
-    """Wraps a compiled call so timing waits for its (small) result."""
-    def run(*args):
-        return tf.nest.map_structure(lambda x: x.numpy(), fn(*args))
-    return run
-
-
-def _round_inputs(target, draft, target_context, target_cache, draft_context, draft_cache,
-                  start_ids: tf.Tensor, k: int, sampling: sampling_lib.Sampling, seed: int):
-    """Real logits of one first round: k draft steps from the start token, then one verify.
-
-    Returns:
-      (draft_logits0 float32 [B, V] (the first draft step's), draft_ids int32 [B, k],
-      draft_probs float32 [B, k, V] (one-hot when greedy), target_logits float32
-      [B, k + 1, V]).
-    """
-    batch = int(start_ids.shape[0])
-    uniforms = np.random.RandomState(seed).uniform(size=[k, batch]).astype(np.float32)
-    token, ids, probs, first = start_ids, [], [], None
-    cache = draft_cache
-    for i in range(k):
-        logits, cache = draft.decode(draft_context, cache, token[:, None],
-                                     tf.fill([batch, 1], i))
-        row = tf.cast(logits[:, 0], tf.float32)
-        first = row if first is None else first
-        step_probs = sampling_lib.logits_to_probs(row, sampling)
-        token = _choose(row, tf.constant(uniforms[i]), sampling)
-        ids.append(token)
-        probs.append(step_probs)
-    draft_ids = tf.stack(ids, axis=1)
-    window = tf.concat([start_ids[:, None], draft_ids], axis=1)
-    positions = tf.broadcast_to(tf.range(k + 1)[None, :], tf.shape(window))
-    target_logits, _ = target.decode(target_context, target_cache, window, positions)
-    return first, draft_ids, tf.stack(probs, axis=1), tf.cast(target_logits, tf.float32)
-
-
-# ------------------------------------------------------------------------------ measuring
-
-
-class _Programs:
-    """The compiled programs of one pair, reused across batch sizes and temperatures.
-
-    tf.function retraces per input shape (batch, prompt bucket), so one object serves every
-    batch size; loops that do not depend on the sampling (catch-up, verify) are shared by
-    the temperatures, the token choice by every k.
-    """
-
-    def __init__(self, target, draft, max_new_tokens: int, seed: int = 0):
-        self.target = target
-        self.draft = draft
-        self.max_new_tokens = max_new_tokens
-        self.free_target, self.free_draft = free_pair(target.vocab_size, target.eos_id,
-                                                      target.pad_id, seed)
-        self._cache = {}
-
-    def _get(self, key, build):
-        if key not in self._cache:
-            self._cache[key] = build()
-        return self._cache[key]
-
-    def prepare(self, model, max_length: int):
-        """Compiled fn(prompt_ids, prompt_lengths) -> model.prepare(..., max_length)."""
-        return self._get(("prepare", id(model), max_length), lambda: tf.function(
-            lambda ids, lengths: model.prepare(ids, lengths, max_length), jit_compile=True))
-
-    def prepare_over_batches(self, model, max_length: int, padded) -> Callable[[], None]:
-        """A callable preparing every batch of `padded` (one compiled call each)."""
-        compiled = self.prepare(model, max_length)
-
-        def run():
-            # Eager execution is synchronous (TF's default): each call returns when its
-            # outputs are computed; copying them to numpy would add work generate never does.
-            for ids, lengths in padded:
-                compiled(ids, lengths)
-        return run
-
-    def loop(self, name: str, k: int, sampling: sampling_lib.Sampling) -> Callable:
-        """The isolated loop `name` (see the builders), returning numpy."""
-        m = self.max_new_tokens
-        builders = {
-            "draft_step": (k, sampling, lambda: _draft_step_loop(self.draft, sampling, m)),
-            "sample": (None, sampling, lambda: _sample_loop(sampling)),
-            "catch_up": (k, None, lambda: _catch_up_loop(self.draft, m)),
-            "verify": (k, None, lambda: _verify_loop(self.target, k, m)),
-            "accept": (k, sampling, lambda: _accept_loop(k, sampling)),
-            "free_loop": (k, sampling, lambda: _free_loop(
-                self.free_target, self.free_draft, decoding.LoopConfig(
-                    k=k, max_new_tokens=m, sampling=sampling, eos_id=self.target.eos_id,
-                    start_id=_start_id(self.target)))),
-        }
-        key_k, key_sampling, build = builders[name]
-        return self._get((name, key_k, key_sampling), lambda: _numpy_result(build()))
-
-
-# Parts whose cost depends on the prompt width (cross-attention over the encoder states):
-# timed on one batch of every prompt bucket of the pool, weighted by the real loop's rounds.
-_WIDTH_PARTS = ("draft_step", "catch_up", "verify")
-# Parts that do not: timed once, on the first batch.
-_SHARED_PARTS = ("accept", "free_loop", "sample")
-
-
-def _component_loops(programs: _Programs, padded_batch, k: int,
-                     sampling: sampling_lib.Sampling, seed: int,
-                     names: Sequence[str]) -> Tuple[Dict[str, _SlopeLoop], Optional[int]]:
-    """The isolated loops `names` of one k on one padded batch, with their real inputs.
-
-    Returns:
-      ({name: uncalibrated `_SlopeLoop`}, the loop rounds of one free decode_loop if
-      "free_loop" is among `names`, else None).
-    """
-    target, draft = programs.target, programs.draft
-    prompt_ids, prompt_lengths = padded_batch
-    batch, width = int(prompt_ids.shape[0]), int(prompt_ids.shape[1])
-    length = programs.max_new_tokens + k + 2  # decoding.LoopConfig.buffer_length.
-    start_ids = tf.fill([batch], _start_id(target))
-    row_keys = tf.range(batch, dtype=tf.int64)
-    keys = rng.row_keys_for(tf.constant(seed, tf.int64), row_keys)
-    uniforms = tf.constant(np.random.RandomState(seed).uniform(size=batch), tf.float32)
-    target_context, target_cache = programs.prepare(target, length)(prompt_ids, prompt_lengths)
-    draft_context, draft_cache = programs.prepare(draft, length)(prompt_ids, prompt_lengths)
-    draft_logits0, draft_ids, draft_probs, target_logits = _round_inputs(
-        target, draft, target_context, target_cache, draft_context, draft_cache, start_ids,
-        k, sampling, seed)
-    window_ids = tf.concat([start_ids[:, None], draft_ids], axis=1)
-    args = {
-        "draft_step": (draft_context, draft_cache, start_ids, uniforms),
-        "catch_up": (draft_context, draft_cache, start_ids),
-        "verify": (target_context, target_cache, window_ids),
-        "accept": (target_logits, draft_probs, draft_ids, keys),
-        "free_loop": (prompt_ids, prompt_lengths, row_keys),
-        "sample": (draft_logits0, uniforms),
-    }
-    loops = {}
-    for name in names:
-        compiled = programs.loop(name, k, sampling)
-        loops[name] = _SlopeLoop(f"{name}{k}@{width}", lambda n, f=compiled, a=args[name]:
-                                 f(*a, tf.constant(n, tf.int32)))
-    free_rounds = None
-    if "free_loop" in names:
-        _, free_rounds = programs.loop("free_loop", k, sampling)(*args["free_loop"],
-                                                                 tf.constant(1))
-    return loops, None if free_rounds is None else int(free_rounds)
-
-
-def _width_weights(gens, widths: Sequence[int]) -> Dict[int, float]:
-    """{prompt width: share of the loop rounds} of calls `gens` made on batches of `widths`."""
-    rounds: Dict[int, int] = {}
-    for gen, width in zip(gens, widths):
-        rounds[width] = rounds.get(width, 0) + int(np.max(gen.stats.rounds))
-    total = sum(rounds.values())
-    return {w: (r / total if total else 1.0 / len(rounds)) for w, r in rounds.items()}
-
-
-def measure(programs: _Programs, batches: Sequence[Sequence[Sequence[int]]],
+def measure(programs: Programs, batches: Sequence[Sequence[Sequence[int]]],
             ks: Sequence[int], sampling: sampling_lib.Sampling, repeats: int, seed: int = 0,
             component_seconds: float = 0.2) -> List[dict]:
     """The breakdown of one (batch size, sampling) for every k.
@@ -703,7 +257,7 @@ def measure(programs: _Programs, batches: Sequence[Sequence[Sequence[int]]],
     target, draft = programs.target, programs.draft
     max_new_tokens = programs.max_new_tokens
     batches = [[list(p) for p in prompts] for prompts in batches]
-    padded = [_pad_batch(prompts, target.pad_id) for prompts in batches]
+    padded = [pad_batch(prompts, target.pad_id) for prompts in batches]
     widths = [int(ids.shape[1]) for ids, _ in padded]
     first_of_width = {}
     for i, width in enumerate(widths):
@@ -718,7 +272,7 @@ def measure(programs: _Programs, batches: Sequence[Sequence[Sequence[int]]],
     fns = [("ar_target", generate(target, 0)), ("ar_draft", generate(draft, 0)),
            ("prepare_target_ar", programs.prepare_over_batches(target, ar_length, padded)),
            ("prepare_draft_ar", programs.prepare_over_batches(draft, ar_length, padded))]
-    loops: Dict[Tuple[int, str, Optional[int]], _SlopeLoop] = {}  # (k, part, width or None)
+    loops: Dict[Tuple[int, str, Optional[int]], SlopeLoop] = {}  # (k, part, width or None)
     free_rounds: Dict[int, int] = {}
     for k in ks:
         length = max_new_tokens + k + 2
@@ -727,13 +281,13 @@ def measure(programs: _Programs, batches: Sequence[Sequence[Sequence[int]]],
                 (f"prepare_draft{k}", programs.prepare_over_batches(draft, length, padded)),
                 (f"free_generate{k}", generate(programs.free_target, k, programs.free_draft))]
         # The token choice does not depend on k: measured once, with the first k.
-        shared = [n for n in _SHARED_PARTS if n != "sample" or k == ks[0]]
-        new_loops, free_rounds[k] = _component_loops(programs, padded[0], k, sampling, seed,
+        shared = [n for n in SHARED_PARTS if n != "sample" or k == ks[0]]
+        new_loops, free_rounds[k] = component_loops(programs, padded[0], k, sampling, seed,
                                                      shared)
         loops.update({(k, name, None): loop for name, loop in new_loops.items()})
         for width, index in first_of_width.items():
-            new_loops, _ = _component_loops(programs, padded[index], k, sampling, seed,
-                                            _WIDTH_PARTS)
+            new_loops, _ = component_loops(programs, padded[index], k, sampling, seed,
+                                            WIDTH_PARTS)
             loops.update({(k, name, width): loop for name, loop in new_loops.items()})
     for loop in loops.values():
         loop.calibrate(component_seconds)
@@ -757,12 +311,12 @@ def measure(programs: _Programs, batches: Sequence[Sequence[Sequence[int]]],
         rounds = _loop_rounds(gens)
         prepare_s = times[f"prepare_target{k}"] + times[f"prepare_draft{k}"]
         round_ms = 1e3 * (times[f"spec{k}"] - prepare_s) / rounds
-        weights = _width_weights(gens, widths)
+        weights = width_weights(gens, widths)
         part = {name: loops[(k, name, None)].per_iteration_ms(times)
                 for name in ("accept", "free_loop")}
         by_width = {name: {width: loops[(k, name, width)].per_iteration_ms(times)
-                           for width in sorted(weights)} for name in _WIDTH_PARTS}
-        for name in _WIDTH_PARTS:
+                           for width in sorted(weights)} for name in WIDTH_PARTS}
+        for name in WIDTH_PARTS:
             part[name] = sum(weights[width] * ms for width, ms in by_width[name].items())
         free_round = part["free_loop"] / max(1, free_rounds[k])
         commit = free_round - part["accept"] - k * sample_ms
@@ -815,7 +369,7 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
       {"records": [...], "method": METHOD}; every record also carries `pair`, `target` and
       `draft`.
     """
-    programs = _Programs(target, draft, max_new_tokens, seed)
+    programs = Programs(target, draft, max_new_tokens, seed)
     records = []
     for batch_size in batch_sizes:
         batches = bench_models.batches_of(list(prompt_pool), batch_size)

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 import tfspec
+from bench import component_loops
+from bench import free_models
 from bench import round_breakdown
 from tests.bench.bench_fixtures import TINY, TINY_DRAFT
 
@@ -119,13 +121,13 @@ def test_width_weights_share_the_loop_rounds():
             self.stats = type("Stats", (), {"rounds": np.asarray(rounds)})
 
     gens = [Gen([3, 5]), Gen([2, 1]), Gen([10, 4])]
-    weights = round_breakdown._width_weights(gens, [8, 16, 8])
+    weights = component_loops.width_weights(gens, [8, 16, 8])
     assert weights == pytest.approx({8: 15 / 17, 16: 2 / 17})
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_free_pair_accepts_every_draft_and_never_stops_early(temperature):
-    target, draft = round_breakdown.free_pair(vocab_size=16, eos_id=1, pad_id=0, seed=3)
+    target, draft = free_models.free_pair(vocab_size=16, eos_id=1, pad_id=0, seed=3)
     gen = tfspec.generate(target, [[3, 4, 5], [6, 7]], draft=draft, k=3, max_new_tokens=8,
                           sampling=tfspec.Sampling(temperature=temperature), jit_compile=None)
     assert gen.stats.acceptance_rate == 1.0
