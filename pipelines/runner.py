@@ -14,6 +14,7 @@ summary the pipeline wrote.
 TensorFlow is imported only when models are loaded, so most bad input is reported quickly.
 """
 
+import contextlib
 import dataclasses
 import os
 from typing import Any, List, Optional, Tuple
@@ -22,14 +23,17 @@ from apache_beam.options import pipeline_options as beam_options
 
 from evals import datasources
 from evals import provenance
+from evals import records
 from evals import run_plan
 from evals import run_spec as run_spec_lib
 from evals import tasks
 from evals.run_spec import RunSpec
 from evals.run_spec import UsageError
+from pipelines import faults
 from pipelines import journal as journal_lib
 from pipelines import outputs
 from pipelines import progress as progress_lib
+from pipelines import run_lock
 
 # Models with more parameter bytes than this are shared among the processes of a worker
 # machine (RunInference's large_model) instead of loaded once per process.
@@ -101,6 +105,10 @@ def prepare(spec: RunSpec) -> PreparedRun:
     problem = outputs.check_output_dir(output_dir, spec.resume)
     if problem:
         raise UsageError(problem)
+    try:
+        run_lock.check(output_dir)
+    except run_lock.RunLockedError as e:
+        raise UsageError(str(e)) from None
     if spec.resume:
         _check_same_run(spec, output_dir)
     task = tasks.get_task(spec.task)
@@ -204,23 +212,60 @@ def evaluation_config(prepared: PreparedRun, started_at: str):
 
 
 def execute(prepared: PreparedRun, progress: bool = True) -> dict:
-    """Creates the output folder, runs the pipeline, returns summary.json's content."""
+    """Creates the output folder, runs the pipeline, returns summary.json's content.
+
+    The folder is locked for the whole run (`pipelines.run_lock`).
+
+    Raises:
+      UsageError: another run holds the folder, or started a run in it since `prepare`.
+      faults.Interrupted: SIGINT or SIGTERM (a KeyboardInterrupt; finished records kept).
+      faults.OutputFullError: the folder's disk is full (finished records kept).
+    """
     from pipelines import evaluation  # pylint: disable=import-outside-toplevel
     spec, plan = prepared.spec, prepared.plan
+    output_dir = prepared.output_dir
     started_at = provenance.now()
-    outputs.makedirs(prepared.output_dir)
-    if not spec.resume:
-        outputs.write_json(outputs.join(prepared.output_dir, outputs.RUN_CONFIG),
-                           {"identity": spec.identity(), "spec": spec.to_dict(),
-                            "created_at": started_at})
-    config = evaluation_config(prepared, started_at)
-    references = {e.id: e.reference for e in plan.examples}
-    resumed: List[Tuple[dict, str]] = [(line, references.get(line["id"], ""))
-                                       for line in plan.resumed]
-    with progress_lib.JournalProgress(prepared.journal, plan.pending_records,
-                                      enabled=progress):
-        evaluation.run(config, prepared.options, plan.work, plan.completions, resumed)
-    return outputs.read_json(outputs.join(prepared.output_dir, outputs.SUMMARY))
+    with faults.guard(output_dir):
+        outputs.makedirs(output_dir)
+        with _locked(output_dir):
+            _recheck_under_lock(spec, output_dir)
+            if not spec.resume:
+                outputs.write_json(outputs.join(output_dir, outputs.RUN_CONFIG),
+                                   {"identity": spec.identity(), "spec": spec.to_dict(),
+                                    "created_at": started_at})
+            config = evaluation_config(prepared, started_at)
+            references = {e.id: e.reference for e in plan.examples}
+            resumed: List[Tuple[dict, str]] = [
+                records.sanitize((line, references.get(line["id"], "")))
+                for line in plan.resumed]
+            with progress_lib.JournalProgress(prepared.journal, plan.pending_records,
+                                              enabled=progress):
+                evaluation.run(config, prepared.options, plan.work, plan.completions, resumed)
+            return outputs.read_json(outputs.join(output_dir, outputs.SUMMARY))
+
+
+@contextlib.contextmanager
+def _locked(output_dir: str):
+    """`run_lock.hold`, with a folder held by another run as a UsageError."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(run_lock.hold(output_dir))
+        except run_lock.RunLockedError as e:
+            raise UsageError(str(e)) from None
+        yield
+
+
+def _recheck_under_lock(spec: RunSpec, output_dir: str) -> None:
+    """`prepare`'s folder checks again, now that no other run can change the folder.
+
+    Two runs started together into one new folder both pass `prepare`; the one that gets
+    the lock second must not write its records into the first one's run.
+    """
+    problem = outputs.check_output_dir(output_dir, spec.resume)
+    if problem:
+        raise UsageError(problem)
+    if spec.resume:
+        _check_same_run(spec, output_dir)
 
 
 def run(spec: RunSpec, progress: bool = True) -> Tuple[str, dict]:
