@@ -11,6 +11,8 @@ instead (a KeyboardInterrupt whose `exit_code` is 128 + the signal number: 130 f
 143 for SIGTERM). A second Ctrl-C while Beam unwinds is ignored: the first one already
 decided how the run ends.
 
+While the block runs, the copies of a failed bundle's traceback that Beam logs are dropped (the exception itself still leaves the block, translated or whole).
+
 An exception whose cause, anywhere in its chain or in the text Beam made of it, is a full
 disk or quota (ENOSPC, EDQUOT) becomes `OutputFullError`, one line naming the folder. The
 journal keeps whole lines only (`pipelines.journal`), and summary files are replaced
@@ -20,12 +22,16 @@ atomically, so the folder stays resumable, on this disk once there is room or el
 import contextlib
 import errno
 import os
+import logging
 import signal
 import threading
 from typing import Iterator, Optional
 
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Loggers whose error records repeat an exception that leaves the pipeline anyway.
+BEAM_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker",
+                "apache_beam.runners.portability.fn_api_runner.fn_runner")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -66,7 +72,7 @@ def full_disk_error(output_dir: str, number: int) -> OutputFullError:
     return OutputFullError(
         number, f"{os.strerror(number).lower()} while writing to {output_dir}; its finished "
                 f"records are kept: free space (or copy the folder to another disk) and "
-                f"continue with --output_dir FOLDER --resume")
+                f"continue with --output_dir {output_dir} --resume")
 
 
 @contextlib.contextmanager
@@ -82,10 +88,15 @@ def guard(output_dir: str) -> Iterator[None]:
         if received:
             return  # Already stopping: let Beam unwind.
         received.append(signum)
+        beam_errors.stopping = True  # The caller prints one line instead.
         raise KeyboardInterrupt
 
     main = threading.current_thread() is threading.main_thread()
     previous = {}
+    beam_errors = _BeamErrorFilter()
+    beam_loggers = [logging.getLogger(name) for name in BEAM_LOGGERS]
+    for logger in beam_loggers:
+        logger.addFilter(beam_errors)
     if main:
         for signum in SIGNALS:
             previous[signum] = signal.signal(signum, on_signal)
@@ -101,5 +112,28 @@ def guard(output_dir: str) -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        for logger in beam_loggers:
+            logger.removeFilter(beam_errors)
     if received:  # A signal that arrived as the pipeline was finishing anyway.
         raise Interrupted(received[0], output_dir)
+
+
+
+class _BeamErrorFilter(logging.Filter):
+    """Drops Beam's logged copies of an exception it then raises.
+
+    When a DoFn raises, Beam logs the exception with its whole traceback and then raises
+    it (the in-process runner does not retry); what leaves `guard` is either translated to
+    one line (signal, full disk) or re-raised with its traceback intact, so the logged copy
+    only buries the message. After a signal, every Beam error record is dropped: they all
+    describe the interrupt.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.stopping = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        return not (self.stopping or record.exc_info)

@@ -108,7 +108,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
     try:
         run_lock.check(output_dir)
     except run_lock.RunLockedError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(e.strerror) from None
     if spec.resume:
         _check_same_run(spec, output_dir)
     task = tasks.get_task(spec.task)
@@ -251,7 +251,7 @@ def _locked(output_dir: str):
         try:
             stack.enter_context(run_lock.hold(output_dir))
         except run_lock.RunLockedError as e:
-            raise UsageError(str(e)) from None
+            raise UsageError(e.strerror) from None
         yield
 
 
