@@ -39,6 +39,8 @@ CONTRACT_FIELDS = ("id", "sample", "mode", "prompt_sha256", "output", "num_token
 # Counters kept so that summaries can be rebuilt from examples.jsonl alone (--resume).
 EXTRA_FIELDS = ("k", "batch_size", "drafted", "verified", "beta_sum", "accepted_per_position")
 FIELDS = CONTRACT_FIELDS + EXTRA_FIELDS
+# Counters the acceptance statistics of a resumed run need when a line has `rounds`.
+ACCEPTANCE_FIELDS = ("drafted", "verified", "beta_sum", "accepted_per_position")
 # Fields that depend on timing; all others are deterministic.
 TIMING_FIELDS = ("time_s",)
 
@@ -126,14 +128,16 @@ def sanitize(value: Any) -> Any:
 
 
 def line_problem(line: Any) -> Optional[str]:
-    """Why a journal line is not a complete record of this format, or None.
+    """Why a journal line cannot be reused as a finished record, or None.
 
-    A resumed run aggregates finished lines without regenerating them, so each must carry
-    every field with a value of the right type (None where the mode has no counter).
+    A resumed run aggregates finished lines without regenerating them, so each needs the
+    contract fields (DESIGN section 6) with values of the right type, and, when it has
+    counters (`rounds`), the counters the acceptance statistics add up.
     """
     if not isinstance(line, dict):
         return "not a JSON object"
-    missing = [f for f in FIELDS if f not in line]
+    needed = CONTRACT_FIELDS + (ACCEPTANCE_FIELDS if line.get("rounds") is not None else ())
+    missing = [f for f in needed if f not in line]
     if missing:
         return f"missing fields {', '.join(missing)}"
     try:
@@ -145,13 +149,17 @@ def line_problem(line: Any) -> Optional[str]:
     if not isinstance(line["quality"], dict):
         return "quality is not an object"
     for name in ("num_tokens", "rounds", "accepted", "drafted", "verified", "batch_size", "k"):
-        if line[name] is not None and (not isinstance(line[name], int)
-                                       or isinstance(line[name], bool)):
+        value = line.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             return f"{name} is not an integer"
     for name in ("time_s", "beta_sum"):
-        if line[name] is not None and not isinstance(line[name], (int, float)):
+        value = line.get(name)
+        if value is not None and (not isinstance(value, (int, float))
+                                  or isinstance(value, bool)):
             return f"{name} is not a number"
-    per_position = line["accepted_per_position"]
+    if line["time_s"] is not None and line["num_tokens"] is None:
+        return "time_s without num_tokens"
+    per_position = line.get("accepted_per_position")
     if per_position is not None and not (isinstance(per_position, list) and all(
             isinstance(x, int) for x in per_position)):
         return "accepted_per_position is not a list of integers"

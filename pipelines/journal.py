@@ -29,7 +29,7 @@ import fcntl
 import hashlib
 import json
 import os
-from typing import Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -80,13 +80,19 @@ class Journal:
 
     # ---------------------------------------------------------------------------- reading
 
-    def read_lines(self) -> List[dict]:
+    def read_lines(self, problem_fn: Optional[Callable[[dict], Optional[str]]] = None
+                   ) -> List[dict]:
         """Every record in the journal, each key once (first copy), in file order.
 
         Cuts off a partial last line left by a crash (local backend).
 
+        Args:
+          problem_fn: line -> why it is unusable, or None (e.g. `records.line_problem`, for
+            a resumed run that reuses the lines); by default only the key is checked.
+
         Raises:
-          JournalError: a complete line that is not a JSON record.
+          JournalError: a complete line that is not a JSON record (or that problem_fn
+            rejects); the message names the file and the line.
         """
         lines: Dict[records.Key, dict] = {}
         if self.backend == LOCAL:
@@ -97,7 +103,7 @@ class Journal:
                     fcntl.flock(fd, fcntl.LOCK_EX)
                     data = _read_from(fd, 0)
                     complete = _repair_tail(fd, data)
-                    for line in _parse(data[:complete], self.path, complete_records=True):
+                    for line in _parse(data[:complete], self.path, problem_fn):
                         lines.setdefault(records.key_of(line), line)
                 finally:
                     os.close(fd)  # Releases the lock.
@@ -105,9 +111,9 @@ class Journal:
             if outputs.exists(self.path):
                 data = outputs.read_bytes(self.path)
                 for line in _parse(data[:data.rfind(b"\n") + 1], self.path,
-                                   complete_records=True):
+                                   problem_fn):
                     lines.setdefault(records.key_of(line), line)
-            for line in self._read_parts(complete_records=True):
+            for line in self._read_parts(problem_fn):
                 lines.setdefault(records.key_of(line), line)
         return list(lines.values())
 
@@ -121,11 +127,11 @@ class Journal:
             return []
         return sorted(m.path for r in results for m in r.metadata_list)
 
-    def _read_parts(self, complete_records: bool = False) -> Iterator[dict]:
+    def _read_parts(self, problem_fn=None) -> Iterator[dict]:
         for path in self._part_paths():
             data = outputs.read_bytes(path)
             if data.endswith(b"\n"):
-                yield from _parse(data, path, complete_records)
+                yield from _parse(data, path, problem_fn)
 
     def count_parts(self) -> int:
         return len(self._part_paths())
@@ -277,13 +283,8 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _parse(data: bytes, source: str, complete_records: bool = False) -> Iterator[dict]:
-    """The JSON records of `data`.
-
-    Writers only need each line's key; a resumed run reads lines back as finished records,
-    so with `complete_records` every field must be there with the right type
-    (`records.line_problem`).
-    """
+def _parse(data: bytes, source: str, problem_fn=None) -> Iterator[dict]:
+    """The JSON records of `data`; each needs its key, and to pass `problem_fn` if given."""
     for number, raw in enumerate(data.splitlines(), 1):
         if not raw.strip():
             continue
@@ -293,7 +294,7 @@ def _parse(data: bytes, source: str, complete_records: bool = False) -> Iterator
         except (ValueError, KeyError, TypeError):
             raise JournalError(f"{source} line {number} is not a complete record; remove "
                                f"that line (and any after it) to resume") from None
-        problem = records.line_problem(line) if complete_records else None
+        problem = problem_fn(line) if problem_fn is not None else None
         if problem:
             raise JournalError(f"{source} line {number} is not a complete record ({problem}); "
                                f"remove that line to resume (its record is then generated "

@@ -140,7 +140,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
     finished = []
     if spec.resume:
         try:
-            finished = journal.read_lines()
+            finished = journal.read_lines(records.line_problem)
         except (journal_lib.JournalError, OSError) as e:
             raise UsageError(datasources.one_line(e)) from None
     plan = run_plan.make_plan(spec, examples, finished, completions)
