@@ -134,6 +134,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
         except (OSError, ValueError) as e:
             raise UsageError(datasources.one_line(e, 400)) from None
         large_model = models.num_parameters() * 4 > LARGE_MODEL_BYTES
+        _check_decode_memory(spec, models)
     if task.executes_code and run_spec_lib.is_local_runner(spec.runner):
         _probe_sandbox()
     journal = journal_lib.Journal(output_dir)
@@ -146,6 +147,17 @@ def prepare(spec: RunSpec) -> PreparedRun:
     plan = run_plan.make_plan(spec, examples, finished, completions)
     return PreparedRun(spec=spec, options=options, output_dir=output_dir, plan=plan,
                        model_spec=model_spec, large_model=large_model, journal=journal)
+
+
+def _check_decode_memory(spec: RunSpec, models) -> None:
+    """--max_new_tokens and --batch_size against the decode buffers they imply."""
+    from tfspec import memory  # pylint: disable=import-outside-toplevel
+    k = max((k for _, k in spec.modes), default=0)
+    try:
+        memory.check_decode_request(models.target, models.draft, spec.batch_size,
+                                    spec.max_new_tokens, k)
+    except ValueError as e:
+        raise UsageError(f"{e} (--max_new_tokens, --batch_size)") from None
 
 
 def _probe_sandbox() -> None:
