@@ -11,7 +11,8 @@ instead (a KeyboardInterrupt whose `exit_code` is 128 + the signal number: 130 f
 143 for SIGTERM). A second Ctrl-C while Beam unwinds is ignored: the first one already
 decided how the run ends.
 
-While the block runs, the copies of a failed bundle's traceback that Beam logs are dropped (the exception itself still leaves the block, translated or whole).
+While the block runs, the copies of a failed bundle's traceback that Beam logs are dropped
+(the exception itself still leaves the block, translated or whole).
 
 An exception whose cause, anywhere in its chain or in the text Beam made of it, is a full
 disk or quota (ENOSPC, EDQUOT) becomes `OutputFullError`, one line naming the folder. The
@@ -21,8 +22,8 @@ atomically, so the folder stays resumable, on this disk once there is room or el
 
 import contextlib
 import errno
-import os
 import logging
+import os
 import signal
 import threading
 from typing import Iterator, Optional
@@ -116,7 +117,6 @@ def guard(output_dir: str) -> Iterator[None]:
             logger.removeFilter(beam_errors)
     if received:  # A signal that arrived as the pipeline was finishing anyway.
         raise Interrupted(received[0], output_dir)
-
 
 
 class _BeamErrorFilter(logging.Filter):

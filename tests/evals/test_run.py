@@ -100,10 +100,10 @@ def _damaged_copy(model_dir, directory, damage):
         config.update(d_model=10**7, vocab_size=10**9)
         (directory / "config.json").write_text(json.dumps(config))
     else:
-        from safetensors.numpy import load_file, save_file  # pylint: disable=import-outside-toplevel
-        tensors = load_file(str(weights))
+        from safetensors import numpy as safetensors_np  # pylint: disable=import-outside-toplevel
+        tensors = safetensors_np.load_file(str(weights))
         tensors["shared.weight"][3, 1] = float("nan")
-        save_file(tensors, str(weights), metadata={"format": "pt"})
+        safetensors_np.save_file(tensors, str(weights), metadata={"format": "pt"})
     return str(directory)
 
 
