@@ -6,10 +6,14 @@
 `prepare` checks every input before anything is written: Beam options, the output folder
 (writable, not an existing run unless --resume, the same settings when resuming), the data,
 the models and tokenizer (loaded once; in-process runners reuse them), the sampling
-transform, the sandbox (for code tasks), and the journal of a resumed run. `execute`
-creates the folder, records the settings in run_config.json, runs the pipeline
+transform, the sandbox (for code tasks), the decode buffers that --max_new_tokens and
+--batch_size imply, that no live run holds the folder, and the journal of a resumed run
+(each reused line a complete record). `execute` creates the folder, locks it for the whole
+run (`pipelines.run_lock`) and checks it again under the lock, records the settings in
+run_config.json, runs the pipeline
 (`pipelines.evaluation`) with a progress bar that follows examples.jsonl, and returns the
-summary the pipeline wrote.
+summary the pipeline wrote. A signal or a full disk during the run ends it with one line
+(`pipelines.faults`).
 
 TensorFlow is imported only when models are loaded, so most bad input is reported quickly.
 """
