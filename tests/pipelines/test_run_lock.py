@@ -12,6 +12,7 @@ import pytest
 
 from pipelines import run_lock
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _HOLD = """
 import sys, time
 from pipelines import run_lock
@@ -24,7 +25,7 @@ with run_lock.hold(sys.argv[1]):
 def _holder_process(folder):
     proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(folder)],
                             stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=os.getcwd()))
+                            env=dict(os.environ, PYTHONPATH=REPO))
     assert proc.stdout.readline().strip() == "held"
     return proc
 
