@@ -12,7 +12,7 @@ import gzip
 import itertools
 import json
 import os
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence, Tuple
 
 LOCAL = "local"
 TFDS = "tfds"
@@ -65,9 +65,24 @@ def _is_tfrecord(path: str) -> bool:
 
 def read_jsonl(path: str) -> Iterator[dict]:
     """Records of a JSON Lines file (optionally gzip-compressed); blank lines are skipped."""
+    for _, record in read_jsonl_numbered(path):
+        yield record
+
+
+def read_jsonl_numbered(path: str) -> Iterator[Tuple[int, dict]]:
+    """(line number, record) of a JSON Lines file; errors name the line.
+
+    Raises:
+      ValueError: a line that is not UTF-8, not JSON, or not a JSON object ("PATH:N: ...").
+    """
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line_number, line in enumerate(f, 1):
+    with opener(path, "rb") as f:
+        for line_number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{line_number}: not UTF-8 text (byte "
+                                 f"{raw[e.start]:#04x} at column {e.start + 1})") from None
             if not line.strip():
                 continue
             try:
@@ -76,7 +91,7 @@ def read_jsonl(path: str) -> Iterator[dict]:
                 raise ValueError(f"{path}:{line_number}: invalid JSON: {e.msg}") from None
             if not isinstance(record, dict):
                 raise ValueError(f"{path}:{line_number}: expected a JSON object per line")
-            yield record
+            yield line_number, record
 
 
 def read_tfrecord(path: str) -> Iterator[dict]:

@@ -129,11 +129,23 @@ def load(split: Optional[str] = "test", data_source: Optional[str] = None,
 def read_completions(path: str) -> list:
     """(task_id, completion) pairs of a HumanEval samples file (JSONL: task_id, completion)."""
     pairs = []
-    for record in datasources.read_jsonl(path):
+    for number, record in datasources.read_jsonl_numbered(path):
         if "task_id" not in record or "completion" not in record:
-            raise ValueError(f"{path}: every line needs 'task_id' and 'completion'")
-        pairs.append((str(record["task_id"]), str(record["completion"])))
+            raise ValueError(f"{path}:{number}: every line needs 'task_id' and 'completion'")
+        # A null, a number or an object is no completion: str() would score 'None'.
+        for field in ("task_id", "completion"):
+            if not isinstance(record[field], str):
+                raise ValueError(f"{path}:{number}: '{field}' must be a string, got "
+                                 f"{_json_type(record[field])}")
+        pairs.append((record["task_id"], record["completion"]))
     return pairs
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", list: "an array",
+            dict: "an object"}.get(type(value), type(value).__name__)
 
 
 # ------------------------------------------------------------------------------ scoring

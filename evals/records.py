@@ -42,6 +42,8 @@ CONTRACT_FIELDS = ("id", "sample", "mode", "prompt_sha256", "output", "num_token
 EXTRA_FIELDS = ("prompt", "k", "batch_size", "drafted", "verified", "beta_sum",
                 "accepted_per_position")
 FIELDS = CONTRACT_FIELDS + EXTRA_FIELDS
+# Counters the acceptance statistics of a resumed run need when a line has `rounds`.
+ACCEPTANCE_FIELDS = ("drafted", "verified", "beta_sum", "accepted_per_position")
 # Fields that depend on timing; all others are deterministic.
 TIMING_FIELDS = ("time_s",)
 
@@ -91,6 +93,80 @@ def make_line(generation: Mapping[str, Any], output: str, quality: Mapping[str, 
         else:
             line[field] = generation.get(field)
     return line
+
+
+def text_problem(text: Any) -> Optional[str]:
+    """Why `text` cannot be stored as UTF-8 (a lone UTF-16 surrogate), or None if it can."""
+    if not isinstance(text, str):
+        return f"expected text, got {type(text).__name__}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (f"the text holds a lone UTF-16 surrogate {text[e.start]!r} at character "
+                f"{e.start}, which UTF-8 cannot encode")
+    return None
+
+
+def safe_text(text: str) -> str:
+    """`text` with lone surrogates written as backslash escapes (e.g. "\\ud800").
+
+    Beam's string coder and the journal encode text as UTF-8, which a lone surrogate (from a
+    completions file or a candidate's exception message) cannot be; one such sample would
+    otherwise fail the whole run.
+    """
+    if text_problem(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def sanitize(value: Any) -> Any:
+    """`value` (dicts, lists, tuples of JSON values) with every string made `safe_text`."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return {sanitize(k): sanitize(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(sanitize(v) for v in value)
+    return value
+
+
+def line_problem(line: Any) -> Optional[str]:
+    """Why a journal line cannot be reused as a finished record, or None.
+
+    A resumed run aggregates finished lines without regenerating them, so each needs the
+    contract fields (DESIGN section 6) with values of the right type, and, when it has
+    counters (`rounds`), the counters the acceptance statistics add up.
+    """
+    if not isinstance(line, dict):
+        return "not a JSON object"
+    needed = CONTRACT_FIELDS + (ACCEPTANCE_FIELDS if line.get("rounds") is not None else ())
+    missing = [f for f in needed if f not in line]
+    if missing:
+        return f"missing fields {', '.join(missing)}"
+    try:
+        key_of(line)
+    except (TypeError, ValueError):
+        return "id, sample or mode of the wrong type"
+    if not isinstance(line["output"], str):
+        return "output is not a string"
+    if not isinstance(line["quality"], dict):
+        return "quality is not an object"
+    for name in ("num_tokens", "rounds", "accepted", "drafted", "verified", "batch_size", "k"):
+        value = line.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            return f"{name} is not an integer"
+    for name in ("time_s", "beta_sum"):
+        value = line.get(name)
+        if value is not None and (not isinstance(value, (int, float))
+                                  or isinstance(value, bool)):
+            return f"{name} is not a number"
+    if line["time_s"] is not None and line["num_tokens"] is None:
+        return "time_s without num_tokens"
+    per_position = line.get("accepted_per_position")
+    if per_position is not None and not (isinstance(per_position, list) and all(
+            isinstance(x, int) for x in per_position)):
+        return "accepted_per_position is not a list of integers"
+    return None
 
 
 def dumps(line: Mapping[str, Any]) -> str:

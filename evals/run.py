@@ -253,10 +253,15 @@ def main(argv=None, prog: str = PROG) -> int:
               "are identical", file=sys.stderr)
     try:
         summary = runner.execute(prepared)
-    except KeyboardInterrupt:
+    except run_spec.UsageError as e:  # Another run holds the folder.
+        return _usage_error(e)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (runner's faults.Interrupted).
         print(f"\nevals.run: interrupted; finished records are in {prepared.output_dir}; "
               f"continue with --output_dir {prepared.output_dir} --resume", file=sys.stderr)
-        return 130
+        return getattr(e, "exit_code", 130)
+    except runner.faults.OutputFullError as e:
+        print(f"evals.run: error: {e.strerror}", file=sys.stderr)
+        return 1
     print(runner.describe(prepared.output_dir, summary))
     if spec.k_sweep:
         _print_sweep(prepared.output_dir)

@@ -102,10 +102,11 @@ def _reason(error: Any) -> str:
 def dead_letter(item: records.WorkItem, stage: str, reason: str,
                 modes: Optional[Sequence[str]] = None) -> dict:
     """A dead-letter record: which key(s) failed where, and why."""
-    return {"id": item.id, "sample": item.sample, "kind": item.kind,
-            "modes": list(modes) if modes is not None else (
-                None if item.modes is None else [m for m, _ in item.modes]),
-            "stage": stage, "reason": reason}
+    return records.sanitize({
+        "id": item.id, "sample": item.sample, "kind": item.kind,
+        "modes": list(modes) if modes is not None else (
+            None if item.modes is None else [m for m, _ in item.modes]),
+        "stage": stage, "reason": reason})
 
 
 def _failed_batch_letters(failed) -> List[dict]:
@@ -129,19 +130,30 @@ class SplitResultsFn(beam.DoFn):
 
 
 def completion_record(item: records.WorkItem, completion: str) -> dict:
-    """The record of an existing completion (no model: counters and time are None)."""
-    return {"kind": generation.GENERATION, "id": item.id, "sample": item.sample,
-            "mode": records.COMPLETIONS, "k": None,
-            "prompt_sha256": records.prompt_sha256(item.example.prompt),
-            "prompt": item.example.prompt, "raw_output": completion, "num_tokens": None,
-            "time_s": None,
-            "batch_size": None}
+    """The record of an existing completion (no model: counters and time are None).
+
+    A completion that UTF-8 cannot encode (a lone surrogate) travels escaped, with
+    `text_problem` set, and `ScoreFn` makes it that record's dead letter.
+    """
+    record = {"kind": generation.GENERATION, "id": item.id, "sample": item.sample,
+              "mode": records.COMPLETIONS, "k": None,
+              "prompt_sha256": records.prompt_sha256(records.safe_text(item.example.prompt)),
+              "prompt": records.safe_text(item.example.prompt),
+              "raw_output": records.safe_text(completion), "num_tokens": None,
+              "time_s": None, "batch_size": None}
+    problem = records.text_problem(completion)
+    if problem:
+        record["text_problem"] = f"the completion cannot be scored: {problem}"
+    return record
 
 
 class ScoreFn(beam.DoFn):
     """Post-processes and scores one record: (item, record) -> (line, reference).
 
-    Completions (mode "completions") are scored as given. Exceptions become dead letters.
+    Completions (mode "completions") are scored as given. Exceptions, and text UTF-8 cannot
+    encode, become dead letters; every string of the line and of a dead letter is made
+    encodable (`records.sanitize`: a candidate's error message may hold lone surrogates),
+    so nothing one record holds can fail the run.
     """
 
     def __init__(self, task_name: str, score_options: Optional[Dict[str, Any]] = None):
@@ -155,6 +167,9 @@ class ScoreFn(beam.DoFn):
         item, record = element
         try:
             raw = record["raw_output"]
+            problem = record.get("text_problem") or records.text_problem(raw)
+            if problem:
+                raise ValueError(problem)
             if record["mode"] == records.COMPLETIONS:
                 output = raw
             else:
@@ -162,7 +177,8 @@ class ScoreFn(beam.DoFn):
             if self._task.executes_code:
                 progress.report_phase("scoring in the sandbox")
             quality = self._task.score_samples([item.example], [output], **self._options)[0]
-            yield records.make_line(record, output, quality), item.example.reference
+            line = records.sanitize(records.make_line(record, output, quality))
+            yield line, records.safe_text(item.example.reference)
         except Exception as e:  # noqa: BLE001  Any failure of one record is its own.
             yield beam.pvalue.TaggedOutput(
                 DEAD_LETTER_TAG, dead_letter(item, "score", _reason(e), [record["mode"]]))
@@ -253,10 +269,10 @@ def build(pipeline: beam.Pipeline, config: EvaluationConfig,
     if completions:
         to_score.append(
             pipeline
-            | "Completions" >> beam.Create(list(completions))
-            | "SpreadCompletions" >> beam.Reshuffle()
-            | "CompletionRecords" >> beam.MapTuple(
-                lambda item, text: (item, completion_record(item, text))))
+            # Records are made before Create: Beam encodes a bare string as UTF-8.
+            | "Completions" >> beam.Create([(item, completion_record(item, text))
+                                            for item, text in completions])
+            | "SpreadCompletions" >> beam.Reshuffle())
     lines = []
     if to_score:
         scored = (to_score | "ToScore" >> beam.Flatten()

@@ -3,7 +3,7 @@
 Resumability rests on three properties of this file:
 
 1. **Only complete lines.** A record is appended as one `write` of one whole line, then
-   `fdatasync`ed. A process killed at any point leaves the lines it finished; the only
+   `fdatasync`ed; a write that fails part-way (a full disk) is cut off again at once. A process killed at any point leaves the lines it finished; the only
    damage a crash *inside* a write can do is a partial last line, which the next writer or
    reader cuts off (under the lock) before doing anything else.
 2. **Each key once.** Writers hold an exclusive `flock` on the file while they append. Under
@@ -24,11 +24,12 @@ the parts into examples.jsonl (existing lines first, then new ones in key order)
 removes them. `read_lines` reads both, so a killed remote run resumes too.
 """
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
-from typing import Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -42,6 +43,10 @@ PARTS_DIR = "examples.parts"
 
 class JournalError(ValueError):
     """examples.jsonl is damaged beyond a partial last line."""
+
+
+class JournalWriteError(OSError):
+    """A record could not be appended (e.g. the disk is full); the journal is left whole."""
 
 
 def backend_for(output_dir: str) -> str:
@@ -75,13 +80,19 @@ class Journal:
 
     # ---------------------------------------------------------------------------- reading
 
-    def read_lines(self) -> List[dict]:
+    def read_lines(self, problem_fn: Optional[Callable[[dict], Optional[str]]] = None
+                   ) -> List[dict]:
         """Every record in the journal, each key once (first copy), in file order.
 
         Cuts off a partial last line left by a crash (local backend).
 
+        Args:
+          problem_fn: line -> why it is unusable, or None (e.g. `records.line_problem`, for
+            a resumed run that reuses the lines); by default only the key is checked.
+
         Raises:
-          JournalError: a complete line that is not a JSON record.
+          JournalError: a complete line that is not a JSON record (or that problem_fn
+            rejects); the message names the file and the line.
         """
         lines: Dict[records.Key, dict] = {}
         if self.backend == LOCAL:
@@ -92,16 +103,17 @@ class Journal:
                     fcntl.flock(fd, fcntl.LOCK_EX)
                     data = _read_from(fd, 0)
                     complete = _repair_tail(fd, data)
-                    for line in _parse(data[:complete], self.path):
+                    for line in _parse(data[:complete], self.path, problem_fn):
                         lines.setdefault(records.key_of(line), line)
                 finally:
                     os.close(fd)  # Releases the lock.
         else:
             if outputs.exists(self.path):
                 data = outputs.read_bytes(self.path)
-                for line in _parse(data[:data.rfind(b"\n") + 1], self.path):
+                for line in _parse(data[:data.rfind(b"\n") + 1], self.path,
+                                   problem_fn):
                     lines.setdefault(records.key_of(line), line)
-            for line in self._read_parts():
+            for line in self._read_parts(problem_fn):
                 lines.setdefault(records.key_of(line), line)
         return list(lines.values())
 
@@ -115,11 +127,11 @@ class Journal:
             return []
         return sorted(m.path for r in results for m in r.metadata_list)
 
-    def _read_parts(self) -> Iterator[dict]:
+    def _read_parts(self, problem_fn=None) -> Iterator[dict]:
         for path in self._part_paths():
             data = outputs.read_bytes(path)
             if data.endswith(b"\n"):
-                yield from _parse(data, path)
+                yield from _parse(data, path, problem_fn)
 
     def count_parts(self) -> int:
         return len(self._part_paths())
@@ -138,8 +150,16 @@ class Journal:
             self._catch_up(fd)
             if key in self._keys:
                 return False
-            _write_all(fd, data)
-            os.fdatasync(fd)
+            try:
+                _write_all(fd, data)
+                os.fdatasync(fd)
+            except OSError as e:
+                # A full disk can take part of the line: cut it off again, so the journal
+                # keeps whole lines only (we hold the lock, and _offset is the file's size).
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._offset)
+                raise JournalWriteError(e.errno, f"cannot append to {self.path}: "
+                                        f"{e.strerror or e}") from e
             self._offset += len(data)
             self._keys.add(key)
             return True
@@ -263,7 +283,8 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _parse(data: bytes, source: str) -> Iterator[dict]:
+def _parse(data: bytes, source: str, problem_fn=None) -> Iterator[dict]:
+    """The JSON records of `data`; each needs its key, and to pass `problem_fn` if given."""
     for number, raw in enumerate(data.splitlines(), 1):
         if not raw.strip():
             continue
@@ -273,4 +294,9 @@ def _parse(data: bytes, source: str) -> Iterator[dict]:
         except (ValueError, KeyError, TypeError):
             raise JournalError(f"{source} line {number} is not a complete record; remove "
                                f"that line (and any after it) to resume") from None
+        problem = problem_fn(line) if problem_fn is not None else None
+        if problem:
+            raise JournalError(f"{source} line {number} is not a complete record ({problem}); "
+                               f"remove that line to resume (its record is then generated "
+                               f"again)")
         yield line

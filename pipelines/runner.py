@@ -6,14 +6,19 @@
 `prepare` checks every input before anything is written: Beam options, the output folder
 (writable, not an existing run unless --resume, the same settings when resuming), the data,
 the models and tokenizer (loaded once; in-process runners reuse them), the sampling
-transform, the sandbox (for code tasks), and the journal of a resumed run. `execute`
-creates the folder, records the settings in run_config.json, runs the pipeline
+transform, the sandbox (for code tasks), the decode buffers that --max_new_tokens and
+--batch_size imply, that no live run holds the folder, and the journal of a resumed run
+(each reused line a complete record). `execute` creates the folder, locks it for the whole
+run (`pipelines.run_lock`) and checks it again under the lock, records the settings in
+run_config.json, runs the pipeline
 (`pipelines.evaluation`) with a progress bar that follows examples.jsonl, and returns the
-summary the pipeline wrote.
+summary the pipeline wrote. A signal or a full disk during the run ends it with one line
+(`pipelines.faults`).
 
 TensorFlow is imported only when models are loaded, so most bad input is reported quickly.
 """
 
+import contextlib
 import dataclasses
 import os
 from typing import Any, List, Optional, Tuple
@@ -29,9 +34,11 @@ from evals import run_spec as run_spec_lib
 from evals import tasks
 from evals.run_spec import RunSpec
 from evals.run_spec import UsageError
+from pipelines import faults
 from pipelines import journal as journal_lib
 from pipelines import outputs
 from pipelines import progress as progress_lib
+from pipelines import run_lock
 
 # Models with more parameter bytes than this are shared among the processes of a worker
 # machine (RunInference's large_model) instead of loaded once per process.
@@ -103,6 +110,10 @@ def prepare(spec: RunSpec) -> PreparedRun:
     problem = outputs.check_output_dir(output_dir, spec.resume)
     if problem:
         raise UsageError(problem)
+    try:
+        run_lock.check(output_dir)
+    except run_lock.RunLockedError as e:
+        raise UsageError(e.strerror) from None
     if spec.resume:
         _check_same_run(spec, output_dir)
     task = tasks.get_task(spec.task)
@@ -128,18 +139,30 @@ def prepare(spec: RunSpec) -> PreparedRun:
         except (OSError, ValueError) as e:
             raise UsageError(datasources.one_line(e, 400)) from None
         large_model = models.num_parameters() * 4 > LARGE_MODEL_BYTES
+        _check_decode_memory(spec, models)
     if task.executes_code and run_spec_lib.is_local_runner(spec.runner):
         _probe_sandbox()
     journal = journal_lib.Journal(output_dir)
     finished = []
     if spec.resume:
         try:
-            finished = journal.read_lines()
+            finished = journal.read_lines(records.line_problem)
         except (journal_lib.JournalError, OSError) as e:
             raise UsageError(datasources.one_line(e)) from None
     plan = run_plan.make_plan(spec, examples, finished, completions)
     return PreparedRun(spec=spec, options=options, output_dir=output_dir, plan=plan,
                        model_spec=model_spec, large_model=large_model, journal=journal)
+
+
+def _check_decode_memory(spec: RunSpec, models) -> None:
+    """--max_new_tokens and --batch_size against the decode buffers they imply."""
+    from tfspec import memory  # pylint: disable=import-outside-toplevel
+    k = max((k for _, k in spec.modes), default=0)
+    try:
+        memory.check_decode_request(models.target, models.draft, spec.batch_size,
+                                    spec.max_new_tokens, k)
+    except ValueError as e:
+        raise UsageError(f"{e} (--max_new_tokens, --batch_size)") from None
 
 
 def _probe_sandbox() -> None:
@@ -243,26 +266,62 @@ def execute(prepared: PreparedRun, progress: bool = True) -> dict:
 
     A resumed run that is already finished (`finished_summary`) is not run again: its
     summary is returned and nothing is written.
+
+    The folder is locked for the whole run (`pipelines.run_lock`).
+
+    Raises:
+      UsageError: another run holds the folder, or started a run in it since `prepare`.
+      faults.Interrupted: SIGINT or SIGTERM (a KeyboardInterrupt; finished records kept).
+      faults.OutputFullError: the folder's disk is full (finished records kept).
     """
     from pipelines import evaluation  # pylint: disable=import-outside-toplevel
     finished = finished_summary(prepared)
     if finished is not None:
         return finished
     spec, plan = prepared.spec, prepared.plan
+    output_dir = prepared.output_dir
     started_at = provenance.now()
-    outputs.makedirs(prepared.output_dir)
-    if not spec.resume:
-        outputs.write_json(outputs.join(prepared.output_dir, outputs.RUN_CONFIG),
-                           {"identity": spec.identity(), "spec": spec.to_dict(),
-                            "created_at": started_at})
-    config = evaluation_config(prepared, started_at)
-    references = {e.id: e.reference for e in plan.examples}
-    resumed: List[Tuple[dict, str]] = [(line, references.get(line["id"], ""))
-                                       for line in plan.resumed]
-    with progress_lib.JournalProgress.for_work(prepared.journal, plan.pending_keys(),
-                                               enabled=progress):
-        evaluation.run(config, prepared.options, plan.work, plan.completions, resumed)
-    return outputs.read_json(outputs.join(prepared.output_dir, outputs.SUMMARY))
+    with faults.guard(output_dir):
+        outputs.makedirs(output_dir)
+        with _locked(output_dir):
+            _recheck_under_lock(spec, output_dir)
+            if not spec.resume:
+                outputs.write_json(outputs.join(output_dir, outputs.RUN_CONFIG),
+                                   {"identity": spec.identity(), "spec": spec.to_dict(),
+                                    "created_at": started_at})
+            config = evaluation_config(prepared, started_at)
+            references = {e.id: e.reference for e in plan.examples}
+            resumed: List[Tuple[dict, str]] = [
+                records.sanitize((line, references.get(line["id"], "")))
+                for line in plan.resumed]
+            with progress_lib.JournalProgress.for_work(prepared.journal, plan.pending_keys(),
+                                                       enabled=progress):
+                evaluation.run(config, prepared.options, plan.work, plan.completions, resumed)
+            return outputs.read_json(outputs.join(output_dir, outputs.SUMMARY))
+
+
+@contextlib.contextmanager
+def _locked(output_dir: str):
+    """`run_lock.hold`, with a folder held by another run as a UsageError."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(run_lock.hold(output_dir))
+        except run_lock.RunLockedError as e:
+            raise UsageError(e.strerror) from None
+        yield
+
+
+def _recheck_under_lock(spec: RunSpec, output_dir: str) -> None:
+    """`prepare`'s folder checks again, now that no other run can change the folder.
+
+    Two runs started together into one new folder both pass `prepare`; the one that gets
+    the lock second must not write its records into the first one's run.
+    """
+    problem = outputs.check_output_dir(output_dir, spec.resume)
+    if problem:
+        raise UsageError(problem)
+    if spec.resume:
+        _check_same_run(spec, output_dir)
 
 
 def run(spec: RunSpec, progress: bool = True) -> Tuple[str, dict]:

@@ -29,6 +29,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 import numpy as np
 import tensorflow as tf
 
+from tfspec import memory
 from tfspec.models.t5 import T5
 from tfspec.models.t5_config import T5Config
 
@@ -70,12 +71,12 @@ class _TensorFiles:
     def __init__(self, directory: str):
         from safetensors import safe_open  # Imported here: only loading needs it.
 
-        self._safe_open = safe_open
+        self._safe_open = _checked_safe_open(safe_open)
         single = os.path.join(directory, WEIGHTS_FILE)
         index = os.path.join(directory, INDEX_FILE)
         self._file_of: Dict[str, str] = {}
         if os.path.isfile(single):
-            with safe_open(single, framework="tf") as f:
+            with self._safe_open(single, framework="tf") as f:
                 self._file_of = {name: single for name in f.keys()}
         elif os.path.isfile(index):
             with open(index, "r", encoding="utf-8") as f:
@@ -87,7 +88,7 @@ class _TensorFiles:
                 path = os.path.join(directory, shard)
                 if not os.path.isfile(path):
                     raise FileNotFoundError(f"Shard {path} listed in {index} does not exist.")
-                with safe_open(path, framework="tf") as f:
+                with self._safe_open(path, framework="tf") as f:
                     present = set(f.keys())
                 listed = [n for n, s in weight_map.items() if s == shard]
                 absent = sorted(n for n in listed if n not in present)
@@ -108,6 +109,9 @@ class _TensorFiles:
     def names(self) -> Set[str]:
         return set(self._file_of)
 
+    def file_of(self, name: str) -> str:
+        return self._file_of[name]
+
     def shape(self, name: str) -> Tuple[int, ...]:
         with self._safe_open(self._file_of[name], framework="tf") as f:
             return tuple(f.get_slice(name).get_shape())
@@ -115,6 +119,58 @@ class _TensorFiles:
     def get(self, name: str) -> tf.Tensor:
         with self._safe_open(self._file_of[name], framework="tf") as f:
             return f.get_tensor(name)
+
+
+class _CheckedFile:
+    """A safetensors file whose read errors are ValueErrors naming the file."""
+
+    def __init__(self, handle, path: str):
+        self._handle = handle
+        self._path = path
+
+    def __enter__(self):
+        self._handle.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._handle.__exit__(*exc)
+
+    def keys(self):
+        return self._call("keys")
+
+    def get_slice(self, name):
+        return self._call("get_slice", name)
+
+    def get_tensor(self, name):
+        return self._call("get_tensor", name)
+
+    def _call(self, method, *args):
+        try:
+            return getattr(self._handle, method)(*args)
+        except Exception as e:  # noqa: BLE001  safetensors' SafetensorError and friends.
+            raise _corrupt(self._path, e) from None
+
+
+def _corrupt(path: str, error: BaseException) -> ValueError:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return ValueError(f"{path} is not a readable safetensors file ({text}); it may be "
+                      f"truncated or damaged: download or save it again")
+
+
+def _checked_safe_open(safe_open):
+    """safe_open whose errors (SafetensorError, a header that is not JSON, ...) are
+    ValueErrors naming the file; a missing or unreadable file stays an OSError."""
+
+    def open_checked(path, framework):
+        try:
+            handle = safe_open(path, framework=framework)
+        except OSError:
+            raise
+        except Exception as e:  # noqa: BLE001  SafetensorError is no OSError/ValueError.
+            raise _corrupt(path, e) from None
+        return _CheckedFile(handle, path)
+
+    return open_checked
 
 
 class _ArrayTensors:
@@ -125,6 +181,9 @@ class _ArrayTensors:
 
     def names(self) -> Set[str]:
         return set(self._arrays)
+
+    def file_of(self, unused_name: str) -> str:
+        return "(in memory)"
 
     def shape(self, name: str) -> Tuple[int, ...]:
         return tuple(np.shape(self._arrays[name]))
@@ -178,6 +237,16 @@ def build_model(config: T5Config, tensors, dtype: Optional[str], source: str) ->
       ValueError: missing or unexpected tensor names, or shapes that do not match the config
         (the message names the tensors: a count and the first few).
     """
+    # Refused before anything is allocated: a config with absurd sizes would otherwise take
+    # the machine's memory for seconds before failing.
+    count = memory.t5_num_parameters(config)
+    itemsize = 2 if dtype == "bfloat16" else 4
+    memory.check_fits(count * itemsize,
+                      f"Checkpoint {source}: its config (d_model={config.d_model}, "
+                      f"num_layers={config.num_layers}/{config.num_decoder_layers}, "
+                      f"vocab_size={config.vocab_size}, d_ff={config.d_ff}) describes "
+                      f"{count:,} parameters, which",
+                      "check the sizes in its config.json")
     model = T5(config, dtype=dtype or "float32", initialize="zeros")
     mapping = model.hf_weight_map()
     present = tensors.names()
@@ -215,6 +284,16 @@ def build_model(config: T5Config, tensors, dtype: Optional[str], source: str) ->
                          f"{_listing(wrong)}.")
     for name, (variable, transposed) in mapping.items():
         value = tensors.get(aliases.get(name, name))
+        # NaN or inf weights decode silently into garbage (one token repeated): refuse them.
+        if value.dtype.is_floating:
+            bad = int(tf.size(value)) - int(tf.math.count_nonzero(
+                tf.math.is_finite(tf.cast(value, tf.float32))))
+            if bad:
+                stored = aliases.get(name, name)
+                raise ValueError(f"Checkpoint {source}: tensor {stored} "
+                                 f"({tensors.file_of(stored)}) holds {bad} non-finite "
+                                 f"values (NaN or inf); the file is damaged or its training "
+                                 f"diverged")
         if transposed:
             value = tf.transpose(value)
         variable.assign(tf.cast(value, variable.dtype))

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tfspec import decoding
 from tfspec import distribute as distribute_lib
+from tfspec import memory
 from tfspec import sampling as sampling_lib
 from tfspec import stats as stats_lib
 from tfspec.models import prompt_lookup
@@ -56,13 +57,13 @@ def _prompt_array(prompts, prompt_lengths, pad_id: int):
     if prompt_lengths is None:
         if isinstance(prompts, np.ndarray) and prompts.ndim == 2:
             raise ValueError("an array of prompts needs prompt_lengths (int [batch])")
-        rows = [list(np.asarray(p, dtype=np.int64).reshape(-1)) for p in prompts]
+        rows = [list(_integer_ids(p, i).reshape(-1)) for i, p in enumerate(prompts)]
         lengths = np.array([len(r) for r in rows], dtype=np.int32)
         array = np.full([len(rows), max(lengths.max(initial=1), 1)], pad_id, dtype=np.int64)
         for i, row in enumerate(rows):
             array[i, :len(row)] = row
     else:
-        array = np.asarray(prompts, dtype=np.int64)
+        array = _integer_ids(prompts, None)
         lengths = np.asarray(prompt_lengths, dtype=np.int32).reshape(-1)
         if array.ndim != 2 or lengths.shape[0] != array.shape[0]:
             raise ValueError(f"prompts must be int [batch, width] with prompt_lengths [batch]; "
@@ -79,6 +80,28 @@ def _prompt_array(prompts, prompt_lengths, pad_id: int):
     padded = np.full([array.shape[0], width], pad_id, dtype=np.int64)
     padded[:, :array.shape[1]] = array
     return padded, lengths
+
+
+def _integer_ids(values, row: Optional[int]) -> np.ndarray:
+    """int64 array of token ids; fractional, boolean or non-numeric ids are refused (a cast
+    would silently truncate 5.7 to 5)."""
+    where = "prompts" if row is None else f"prompt {row}"
+    try:
+        array = np.asarray(values)
+    except ValueError as e:  # Ragged nesting.
+        raise ValueError(f"{where} is not a list of token ids ({e})") from None
+    if array.size == 0 or np.issubdtype(array.dtype, np.integer):
+        return array.astype(np.int64)
+    if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.floating):
+        raise ValueError(f"{where} has token ids of type {array.dtype}; token ids are "
+                         f"integers")
+    bad = ~np.isfinite(array) | (array != np.round(array))
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{where} has a token id that is not an integer "
+                         f"({float(array[index])!r} at position {index[-1]}); token ids are "
+                         f"integers")
+    return array.astype(np.int64)
 
 
 def _check_tokens(array: np.ndarray, lengths: np.ndarray, vocab_size: int) -> None:
@@ -172,6 +195,9 @@ def generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
         raise ValueError(f"eos_id {eos_id} is outside the vocabulary [0, {target.vocab_size})")
 
     prompt_ids, lengths = _prompt_array(prompts, prompt_lengths, target.pad_id)
+    # Checked before anything is allocated: max_new_tokens=10**7 would otherwise try to
+    # allocate tens of GiB of KV cache and fail deep inside XLA.
+    memory.check_decode_request(target, draft, prompt_ids.shape[0], max_new_tokens, k)
     _check_tokens(prompt_ids, lengths, target.vocab_size)
     limit = target.max_prompt_length
     if limit is not None and lengths.max() > limit:

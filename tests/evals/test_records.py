@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from evals import records
 
 
@@ -36,3 +38,45 @@ def test_make_line_field_order_and_deterministic_view():
     other = dict(line, time_s=9.0)
     assert records.deterministic_view(other) == records.deterministic_view(line)
     assert records.key_of(line) == ("x", 1, "speculative")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("plain é text", None),
+    ("x\ud800y", "lone UTF-16 surrogate '\\ud800' at character 1"),
+    ("\udfff", "lone UTF-16 surrogate '\\udfff' at character 0"),
+    (None, "expected text, got NoneType"),
+])
+def test_text_problem(text, problem):
+    found = records.text_problem(text)
+    assert found == problem if problem is None else problem in found
+
+
+def test_sanitize_makes_every_string_utf8_encodable_and_keeps_valid_text():
+    value = {"output": "a\ud800b", "quality": {"result": "failed: ValueError: x\udcffy",
+                                               "passed": False}, "n": [1, "é\ud83d"]}
+    clean = records.sanitize(value)
+    assert clean == {"output": "a\\ud800b", "quality": {"result": "failed: ValueError: "
+                                                                  "x\\udcffy", "passed": False},
+                     "n": [1, "é\\ud83d"]}
+    records.dumps(clean).encode("utf-8")
+    assert records.sanitize({"ok": "é 😀"}) == {"ok": "é 😀"}
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({}, None),
+    ({"rounds": None, "drafted": None}, None),
+    ({"output": None}, "output is not a string"),
+    ({"sample": "x"}, "id, sample or mode of the wrong type"),
+    ({"num_tokens": 2.5}, "num_tokens is not an integer"),
+    ({"accepted_per_position": [1, "a"]}, "accepted_per_position is not a list of integers"),
+])
+def test_line_problem(change, problem):
+    line = records.make_line({"id": "a", "sample": 0, "mode": "speculative", "k": 2,
+                              "prompt_sha256": "h", "num_tokens": 3, "time_s": 0.1,
+                              "rounds": 2, "accepted": 1, "batch_size": 1, "drafted": 4,
+                              "verified": 2, "beta_sum": 1.5, "accepted_per_position": [1, 0]},
+                             "out", {"rouge1": 1.0})
+    line.update(change)
+    assert records.line_problem(line) == problem
+    trimmed = {f: line[f] for f in ("id", "sample", "mode")}
+    assert records.line_problem(trimmed).startswith("missing fields prompt_sha256, output")

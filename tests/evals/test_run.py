@@ -5,6 +5,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -68,7 +69,51 @@ def _bad_inputs(pair, tmp):
                           str(tmp / "missing.jsonl")], "no file matches --data_path"),
         "resume without a run": (["--task", "humaneval", "--resume", "--output_dir",
                                   str(tmp / "never_ran")], "holds no run"),
+        "corrupt safetensors": (["--task", "humaneval", *_models(
+            dict(pair, target=_damaged_copy(pair["target"], tmp / "corrupt", "corrupt")))],
+            "model.safetensors is not a readable safetensors file"),
+        "absurd config": (["--task", "humaneval", *_models(
+            dict(pair, target=_damaged_copy(pair["target"], tmp / "absurd", "absurd")))],
+            "parameters, which needs about"),
+        "nan weights": (["--task", "humaneval", *_models(
+            dict(pair, target=_damaged_copy(pair["target"], tmp / "nan", "nan")))],
+            "non-finite values"),
+        "max_new_tokens beyond memory": (["--task", "humaneval", "--max_new_tokens",
+                                          str(10**9)], "max_new_tokens=1000000000"),
+        "null completion": (["--task", "humaneval", "--completions", _completions_file(
+            tmp / "null.jsonl", [None])], "null.jsonl:2: 'completion' must be a string, "
+                                          "got null"),
+        "object completion": (["--task", "humaneval", "--completions", _completions_file(
+            tmp / "object.jsonl", [{"a": 1}])], "object.jsonl:2: 'completion' must be a "
+                                                "string, got an object"),
     }
+
+
+def _damaged_copy(model_dir, directory, damage):
+    """A copy of a checkpoint folder with a corrupt file, absurd sizes or a NaN weight."""
+    import shutil  # pylint: disable=import-outside-toplevel
+    shutil.copytree(model_dir, directory)
+    weights = directory / "model.safetensors"
+    if damage == "corrupt":
+        weights.write_bytes(weights.read_bytes()[:100])
+    elif damage == "absurd":
+        config = json.loads((directory / "config.json").read_text())
+        config.update(d_model=10**7, vocab_size=10**9)
+        (directory / "config.json").write_text(json.dumps(config))
+    else:
+        from safetensors import numpy as safetensors_np  # pylint: disable=import-outside-toplevel
+        tensors = safetensors_np.load_file(str(weights))
+        tensors["shared.weight"][3, 1] = float("nan")
+        safetensors_np.save_file(tensors, str(weights), metadata={"format": "pt"})
+    return str(directory)
+
+
+def _completions_file(path, bad_values):
+    """Line 1 a valid completion, then one line per bad value."""
+    rows = [{"task_id": "HumanEval/0", "completion": "    return 1\n"}]
+    rows += [{"task_id": "HumanEval/0", "completion": value} for value in bad_values]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
 
 
 def test_bad_input_one_line_exit_2_nothing_written(pair, tmp_path):
@@ -287,3 +332,113 @@ def test_main_command_on_the_embedded_default(tmp_path):
     assert "3/3" in result.stderr and "AR 3/3 · k=4 3/3" in result.stderr, result.stderr
     assert "writing outputs" in result.stderr
     assert "humaneval: 3 examples x 1 samples" in result.stdout
+
+
+def _stderr_lines(stderr):
+    """Non-empty stderr lines without TensorFlow's native start-up logs and the bar."""
+    noise = ("I0000", "E0000", "W0000", "WARNING: All log messages", "WARNING:root:",
+             "To enable the following instructions", "examples:")
+    return [row for row in stderr.replace("\r", "\n").splitlines()
+            if row.strip() and not row.startswith(noise)]
+
+
+@pytest.mark.parametrize("signum, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_ends_with_a_resume_hint_then_resume_completes(pair, xsum, tmp_path, signum,
+                                                              exit_code):
+    out = tmp_path / "run"
+    args = _xsum_args(pair, xsum, out)
+    proc = subprocess.Popen([sys.executable, str(DRIVER), str(tmp_path / "log"), "0.3", "--",
+                             *args], cwd=REPO, env=ENV, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    examples = out / "examples.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if examples.exists() and examples.read_bytes().count(b"\n") >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == exit_code, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert _stderr_lines(stderr) == [
+        f"evals.run: interrupted; finished records are in {out}; continue with "
+        f"--output_dir {out} --resume"]
+    assert not (out / ".run.lock").exists() and not (out / "summary.json").exists()
+    _, summary = _in_process([*args, "--resume"])
+    lines = [json.loads(row) for row in examples.read_text(encoding="utf-8").splitlines()]
+    assert len({records.key_of(row) for row in lines}) == len(lines) == \
+        2 * len(tiny_models.XSUM_DOCS)
+    assert summary["num_failed"] == 0
+
+
+def test_second_run_into_a_folder_in_use_exits_2_naming_the_holder(pair, xsum, tmp_path):
+    from pipelines import run_lock  # pylint: disable=import-outside-toplevel
+    out = tmp_path / "run"
+    out.mkdir()
+    with run_lock.hold(str(out)):  # This process plays the first run.
+        result = _run(_xsum_args(pair, xsum, out))
+    assert result.returncode == 2, result.stderr[-3000:]
+    (line,) = _stderr_lines(result.stderr)
+    assert line.startswith(f"evals.run: error: --output_dir {out} is in use by another run "
+                           f"(pid {os.getpid()} on {socket.gethostname()}, started 20")
+    assert line.endswith("); wait for it to finish or choose another --output_dir")
+    assert os.listdir(out) == []
+
+
+def _mount_tmpfs(path, size):
+    path.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {result.stderr.strip()}; "
+                    f"tests/pipelines/test_journal.py injects ENOSPC instead")
+
+
+def test_full_disk_is_one_line_and_the_folder_resumes_elsewhere(pair, xsum, tmp_path):
+    small = tmp_path / "small"
+    _mount_tmpfs(small, "12k")  # Room for run_config.json and a few records only.
+    try:
+        out = small / "run"
+        result = _run(_xsum_args(pair, xsum, out))
+        assert result.returncode == 1, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+        assert _stderr_lines(result.stderr) == [
+            f"evals.run: error: no space left on device while writing to {out}; its finished "
+            f"records are kept: free space (or copy the folder to another disk) and continue "
+            f"with --output_dir {out} --resume"]
+        journal = (out / "examples.jsonl").read_bytes()
+        assert journal and journal.endswith(b"\n")  # Whole lines only.
+        roomy = tmp_path / "roomy"
+        subprocess.run(["cp", "-r", str(out), str(roomy)], check=True)
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+    done = len(journal.splitlines())
+    assert 0 < done < 2 * len(tiny_models.XSUM_DOCS)
+    _, summary = _in_process([*_xsum_args(pair, xsum, roomy), "--resume"])
+    final = (roomy / "examples.jsonl").read_bytes()
+    assert final.startswith(journal)
+    keys = [records.key_of(json.loads(row)) for row in final.splitlines()]
+    assert len(keys) == len(set(keys)) == 2 * len(tiny_models.XSUM_DOCS)
+    assert summary["num_failed"] == 0
+
+
+def test_completions_with_lone_surrogates_fail_only_their_record(tmp_path):
+    path = tmp_path / "completions.jsonl"
+    problems = list(humaneval.load_problems().values())[:2]
+    path.write_text(json.dumps({"task_id": problems[0]["task_id"], "completion": "\ud800"})
+                    + "\n" + json.dumps({"task_id": problems[1]["task_id"],
+                                         "completion": problems[1]["canonical_solution"]})
+                    + "\n")
+    out = tmp_path / "run"
+    args = ["--task", "humaneval", "--limit", "2", "--completions", str(path),
+            "--output_dir", str(out)]
+    for extra in ([], ["--resume"]):
+        result = _run([*args, *extra])
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "1 failed (see dead_letter.jsonl" in result.stdout
+        (letter,) = [json.loads(row) for row in
+                     (out / "dead_letter.jsonl").read_text(encoding="utf-8").splitlines()]
+        assert letter["id"] == problems[0]["task_id"] and "surrogate" in letter["reason"]
+        (line,) = [json.loads(row) for row in
+                   (out / "examples.jsonl").read_text(encoding="utf-8").splitlines()]
+        assert line["id"] == problems[1]["task_id"] and line["quality"]["passed"]

@@ -202,3 +202,46 @@ def test_object_store_journal_and_scoring_failures(tmp_path, monkeypatch):
         tmp_path / "run" / journal_lib.PARTS_DIR)
     assert sorted(row["id"] for row in _lines(tmp_path / "run")) == ["HumanEval/0", "HumanEval/1"]
     assert summary["runs"]["completions"]["quality"] == {"pass@1": 100.0}
+
+
+def test_lone_surrogates_fail_their_record_never_the_run_and_resume_gets_past(
+        tmp_path, monkeypatch):
+    """A completion, a candidate's exception text and a scorer's exception text holding a
+    lone UTF-16 surrogate (which Beam's coder and the journal cannot encode as UTF-8)."""
+    problems = list(humaneval.load_problems().values())[:4]
+    completions = [
+        (problems[0], "\ud800"),                                      # dead letter
+        (problems[1], "    raise ValueError('x\\ud800y')\n"),          # failed sample
+        (problems[2], problems[2]["canonical_solution"]),             # scorer raises
+        (problems[3], problems[3]["canonical_solution"]),             # passes
+    ]
+    path = tmp_path / "completions.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for p, completion in completions:
+            f.write(json.dumps({"task_id": p["task_id"], "completion": completion}) + "\n")
+    task = tasks.get_task("humaneval")
+
+    def score(examples, outputs_, **options):
+        if examples[0].id == problems[2]["task_id"]:
+            raise ValueError("scorer broke on \udcff")
+        return task.score_samples(examples, outputs_, **options)
+
+    monkeypatch.setitem(tasks.TASKS, "humaneval", dataclasses.replace(task, score_samples=score))
+    out = tmp_path / "run"
+    values = {"task": "humaneval", "completions": str(path), "limit": 4,
+              "output_dir": str(out)}
+    for resume in (False, True):
+        summary = runner.execute(runner.prepare(build_run_spec(dict(values, resume=resume))),
+                                 progress=False)
+        assert summary["num_failed"] == 2
+        letters = {d["id"]: d for d in tiny_models.read_lines(str(out / outputs.DEAD_LETTER))}
+        assert "lone UTF-16 surrogate '\\ud800' at character 0" in letters[
+            problems[0]["task_id"]]["reason"]
+        assert letters[problems[2]["task_id"]]["reason"] == ("ValueError: scorer broke on "
+                                                             "\\udcff")
+        lines = {row["id"]: row for row in _lines(out)}
+        assert set(lines) == {problems[1]["task_id"], problems[3]["task_id"]}
+        assert lines[problems[1]["task_id"]]["quality"] == {
+            "passed": False, "result": "failed: ValueError: x\\ud800y"}
+        assert lines[problems[3]["task_id"]]["quality"]["passed"] is True
+    (out / outputs.EXAMPLES).read_bytes().decode("utf-8")  # Valid UTF-8 throughout.

@@ -1,5 +1,6 @@
 """Tests for pipelines.journal: complete lines only, each key once, across processes."""
 
+import errno
 import json
 import multiprocessing
 import os
@@ -60,6 +61,54 @@ def test_damaged_complete_line_is_an_error(tmp_path):
         f.write(b"not json\n")
     with pytest.raises(journal_lib.JournalError, match="line 2 is not a complete record"):
         journal.read_lines()
+
+
+def _complete_line(i):
+    line = records.make_line(dict(_line(i), k=2, batch_size=1, drafted=2, verified=1,
+                                  beta_sum=0.5, accepted_per_position=[1, 0]),
+                             f"out {i}", {"passed": True})
+    assert records.line_problem(line) is None
+    return line
+
+
+@pytest.mark.parametrize("bad, problem", [
+    ({"id": "ex1", "sample": 0, "mode": "speculative"}, "missing fields prompt_sha256"),
+    (dict(_line(1), rounds=None, quality="passed"), "quality is not an object"),
+    (dict(_line(1), rounds=2), "missing fields drafted, verified"),
+])
+def test_incomplete_record_is_a_one_line_error_naming_the_line_when_reused(
+        tmp_path, bad, problem):
+    journal = journal_lib.Journal(str(tmp_path))
+    journal.append(_complete_line(0))
+    journal.append(bad)
+    journal.append(_complete_line(2))
+    with pytest.raises(journal_lib.JournalError) as error:
+        journal.read_lines(records.line_problem)
+    message = str(error.value)
+    assert f"{journal.path} line 2 is not a complete record ({problem}" in message
+    assert "\n" not in message
+    assert len(journal.read_lines()) == 3  # Writers only need the keys.
+
+
+def test_a_write_that_fails_part_way_leaves_whole_lines_only(tmp_path, monkeypatch):
+    journal = journal_lib.Journal(str(tmp_path))
+    journal.append(_line(0))
+    good = _raw(journal.path)
+    original = journal_lib._write_all  # pylint: disable=protected-access
+
+    def disk_full(fd, data):
+        os.write(fd, data[:len(data) // 2])  # The part that still fitted.
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(journal_lib, "_write_all", disk_full)
+    with pytest.raises(journal_lib.JournalWriteError, match=r"\[Errno 28\] cannot append to "
+                                                           r".*: No space left on device"):
+        journal.append(_line(1))
+    assert _raw(journal.path) == good
+    monkeypatch.setattr(journal_lib, "_write_all", original)
+    assert journal.append(_line(1))  # Room again: the same writer goes on.
+    assert [row["id"] for row in journal_lib.Journal(str(tmp_path)).read_lines()] == [
+        "ex0", "ex1"]
 
 
 def test_journal_pickles_as_paths_only(tmp_path):

@@ -1,5 +1,6 @@
 """Tests for pipelines.runner: validation before anything is written, options, reporting."""
 
+import json
 import os
 
 import pytest
@@ -69,3 +70,62 @@ def test_describe():
     text = runner.describe("runs/x", summary)
     assert "pass@1 50.00" in text and "acceptance 0.750" in text
     assert "measured speed-up 1.50x" in text and "1 failed" in text
+
+
+def _completions_spec(tmp_path, **overrides):
+    from evals import humaneval  # pylint: disable=import-outside-toplevel
+    path = tmp_path / "completions.jsonl"
+    if not path.exists():
+        problems = list(humaneval.load_problems().values())[:2]
+        path.write_text("".join(json.dumps({"task_id": p["task_id"],
+                                            "completion": p["canonical_solution"]}) + "\n"
+                                for p in problems))
+    values = dict(task="humaneval", completions=str(path), limit=2,
+                  output_dir=str(tmp_path / "run"))
+    values.update(overrides)
+    return build_run_spec(values)
+
+
+def test_two_runs_prepared_for_one_new_folder_the_second_is_refused(tmp_path):
+    first = runner.prepare(_completions_spec(tmp_path))
+    second = runner.prepare(_completions_spec(tmp_path, num_samples=1, seed=7))
+    runner.execute(first, progress=False)
+    before = {name: (tmp_path / "run" / name).read_bytes()
+              for name in (outputs.RUN_CONFIG, outputs.EXAMPLES, outputs.SUMMARY)}
+    with pytest.raises(UsageError, match="already holds a run"):
+        runner.execute(second, progress=False)
+    assert before == {name: (tmp_path / "run" / name).read_bytes() for name in before}
+
+
+def test_a_folder_held_by_a_live_run_is_refused_in_prepare_and_execute(tmp_path):
+    from pipelines import run_lock  # pylint: disable=import-outside-toplevel
+    spec = _completions_spec(tmp_path)
+    prepared = runner.prepare(spec)
+    (tmp_path / "run").mkdir()
+    with run_lock.hold(str(tmp_path / "run")):
+        for attempt in (lambda: runner.prepare(spec),
+                        lambda: runner.execute(prepared, progress=False)):
+            with pytest.raises(UsageError, match=rf"in use by another run \(pid {os.getpid()} "):
+                attempt()
+    assert os.listdir(tmp_path / "run") == []
+
+
+def test_resume_with_a_key_only_journal_line_is_a_one_line_error(tmp_path):
+    runner.execute(runner.prepare(_completions_spec(tmp_path)), progress=False)
+    examples = tmp_path / "run" / outputs.EXAMPLES
+    with open(examples, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"id": "HumanEval/7", "sample": 0, "mode": "completions"}) + "\n")
+    with pytest.raises(UsageError) as error:
+        runner.prepare(_completions_spec(tmp_path, resume=True))
+    message = str(error.value)
+    assert f"{examples} line 3 is not a complete record (missing fields prompt_sha256" \
+           in message and "\n" not in message
+
+
+def test_max_new_tokens_beyond_memory_is_refused_in_prepare(tmp_path):
+    spec = build_run_spec(dict(task="humaneval", limit=1, max_new_tokens=10**9,
+                               output_dir=str(tmp_path / "run")))
+    with pytest.raises(UsageError, match=r"max_new_tokens=1000000000 .* more than this "
+                                         r"machine's .* \(--max_new_tokens, --batch_size\)"):
+        runner.prepare(spec)
+    assert not (tmp_path / "run").exists()

@@ -255,3 +255,51 @@ def test_unknown_zoo_name_lists_available(tmp_path, monkeypatch):
 def test_save_model_rejects_other_models(tmp_path):
     with pytest.raises(TypeError, match="T5"):
         save_model(object(), tmp_path)
+
+
+# --------------------------------------------------------------------------- damaged input
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "header_not_json"])
+def test_corrupt_safetensors_is_a_value_error_naming_the_file(tmp_path, damage):
+    directory = _copy_fixture("v1_0", tmp_path)
+    path = directory / "model.safetensors"
+    data = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(data[:len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"\x00\xff" * 64)
+    else:  # A plausible header length followed by bytes that are not JSON.
+        path.write_bytes((40).to_bytes(8, "little") + b"{" * 40 + data[48:])
+    with pytest.raises(ValueError, match=f"{path} is not a readable safetensors file"):
+        load_model(directory)
+
+
+@pytest.mark.parametrize("field, value", [("d_model", 10**7), ("num_layers", 10**6),
+                                          ("vocab_size", 10**9)])
+def test_absurd_config_is_refused_before_allocation(tmp_path, field, value):
+    directory = _copy_fixture("v1_0", tmp_path)
+    # t5-small's sizes with one of them absurd (the tensors never get read).
+    sizes = dict(d_model=512, d_kv=64, d_ff=2048, num_heads=8, num_layers=6,
+                 num_decoder_layers=6, vocab_size=32128)
+    sizes[field] = value
+    if field == "num_layers":
+        sizes["num_decoder_layers"] = value
+    _rewrite(directory / "config.json", lambda values: values.update(sizes))
+    with pytest.raises(ValueError, match=r"describes [\d,]+ parameters, which needs about "
+                                         r"[\d,.]+ GiB, more than this machine's"):
+        load_model(directory)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_weights_are_refused_at_load(tmp_path, bad):
+    directory = _copy_fixture("v1_0", tmp_path)
+    path = str(directory / "model.safetensors")
+    tensors = load_file(path)
+    name = "decoder.block.0.layer.0.SelfAttention.q.weight"
+    value = tensors[name].numpy().copy()
+    value[1, 2] = bad
+    tensors[name] = tf.constant(value)
+    save_file(tensors, path, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=rf"tensor {name} .*holds 1 non-finite values"):
+        load_model(directory)

@@ -23,12 +23,25 @@ def _ngram(vocab=6, eos_id=None):
     (dict(row_keys=[1, 2, 3]), "row_keys has 3 entries for 1 prompts"),
     (dict(sampling="greedy"), "sampling must be a tfspec.Sampling"),
     (dict(draft=_ngram(vocab=7)), "target vocab_size 6 != draft vocab_size 7"),
+    (dict(prompts=[[1, 2], [5.7, 9.2]]), r"prompt 1 has a token id that is not an integer "
+                                         r"\(5.7 at position 0\)"),
+    (dict(prompts=[[1, float("nan")]]), "prompt 0 has a token id that is not an integer"),
+    (dict(prompts=[["a", "b"]]), "prompt 0 has token ids of type <U1"),
+    (dict(prompts=np.array([[1.5, 2.0]]), prompt_lengths=[2]),
+     "prompts has a token id that is not an integer"),
 ])
 def test_bad_input_is_a_clear_value_error(kwargs, message):
     args = dict(prompts=[[1, 2]], draft=_ngram(), k=2, max_new_tokens=4)
     args.update(kwargs)
     with pytest.raises(ValueError, match=message):
         tfspec.generate(_ngram(), **args)
+
+
+def test_whole_float_token_ids_are_accepted_as_integers():
+    args = dict(draft=_ngram(), k=2, max_new_tokens=4, seed=3)
+    as_float = tfspec.generate(_ngram(), [[1.0, 2.0]], **args)
+    as_int = tfspec.generate(_ngram(), [[1, 2]], **args)
+    np.testing.assert_array_equal(as_float.tokens, as_int.tokens)
 
 
 def test_prompt_longer_than_model_limit():
