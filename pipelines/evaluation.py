@@ -45,7 +45,7 @@ from pipelines import combiners
 from pipelines import generation
 from pipelines import journal as journal_lib
 from pipelines import outputs
-from pipelines import progress
+from pipelines import status
 
 DEAD_LETTER_TAG = "dead_letter"
 
@@ -175,7 +175,7 @@ class ScoreFn(beam.DoFn):
             else:
                 output = self._task.postprocess(raw, item.example)
             if self._task.executes_code:
-                progress.report_phase("scoring in the sandbox")
+                status.report_phase("scoring in the sandbox")
             quality = self._task.score_samples([item.example], [output], **self._options)[0]
             line = records.sanitize(records.make_line(record, output, quality))
             yield line, records.safe_text(item.example.reference)
@@ -207,7 +207,7 @@ class FinalizeFn(beam.DoFn):
 
     def process(self, unused_element, metrics, calibrations, dead_letters):
         config = self._config
-        progress.report_phase("writing outputs")
+        status.report_phase("writing outputs")
         by_mode = {mode: combiners.to_metrics(value) for mode, value in metrics}
         calibration = pick_calibration(calibrations)
         letters = sorted(dead_letters, key=lambda d: (str(d["id"]), d["sample"], d["stage"]))

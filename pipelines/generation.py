@@ -82,7 +82,7 @@ import tfspec
 from tfspec import generation
 from evals import records
 from evals import walltime
-from pipelines import progress
+from pipelines import status
 
 GENERATION = "generation"
 CALIBRATION = "calibration"
@@ -215,7 +215,7 @@ class Generator:
         self.spec = spec
         if models is None:
             if spec not in _LOADED:  # In-process runners reuse the driver's models.
-                progress.report_phase("loading models")
+                status.report_phase("loading models")
             models = load_models(spec)
         self.models = models
         self.batch_size = batch_size
@@ -265,11 +265,11 @@ class Generator:
         `phase`: what the progress display shows during the timed call (the untimed first
         call shows "compiling ..." instead)."""
         if warm_key not in self._warm:
-            progress.report_phase(_compile_phase(warm_key))
+            status.report_phase(_compile_phase(warm_key))
             fn()
             self._warm.add(warm_key)
         if phase:
-            progress.report_phase(phase)
+            status.report_phase(phase)
         start = time.perf_counter()
         result = fn()
         return result, time.perf_counter() - start
@@ -332,7 +332,7 @@ class Generator:
         lengths = (CALIBRATION_SHORT,
                    CALIBRATION_SHORT + max(CALIBRATION_MIN_GAP, int(args["max_new_tokens"])))
         reps = max(1, int(args.get("calibration_reps", CALIBRATION_REPS)))
-        progress.report_phase("measuring the draft cost ratio c (calibration)")
+        status.report_phase("measuring the draft cost ratio c (calibration)")
         models = {"draft": self.models.draft, "target": self.models.target}
         times = {(name, n): [] for name in models for n in lengths}
         for rep in range(reps):

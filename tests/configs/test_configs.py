@@ -7,8 +7,8 @@ import os
 import pytest
 
 from evals import published
-from evals import run
-from evals import run_spec
+from evals.orchestration import flags
+from evals.orchestration import spec as run_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG_DIR = os.path.join(ROOT, "configs")
@@ -38,7 +38,7 @@ CASES = [(path, arg) for path in EVAL_CONFIGS
 
 
 def _spec(path, arg):
-    values = run.load_config(path + (f":{arg}" if arg else ""))
+    values = flags.load_config(path + (f":{arg}" if arg else ""))
     return run_spec.build_run_spec(values)
 
 
@@ -92,14 +92,14 @@ def test_every_published_row_has_a_config():
 
 def test_bad_variant_is_rejected():
     with pytest.raises(run_spec.UsageError, match="get_config failed"):
-        run.load_config(os.path.join(CONFIG_DIR, "zoo_k_sweep.py") + ":mmlu-t3")
+        flags.load_config(os.path.join(CONFIG_DIR, "zoo_k_sweep.py") + ":mmlu-t3")
 
 
 @pytest.mark.parametrize("name", ["leviathan_t5xxl_wmt_ende.py", "leviathan_t5xxl_cnndm.py"])
 @pytest.mark.parametrize("suffix", ["", ":t2"])
 def test_leviathan_config_requires_t0_or_t1(name, suffix):
     with pytest.raises(run_spec.UsageError, match="t0, t1"):
-        run.load_config(os.path.join(CONFIG_DIR, name) + suffix)
+        flags.load_config(os.path.join(CONFIG_DIR, name) + suffix)
 
 
 def test_common_defaults_and_overrides():

@@ -11,6 +11,8 @@ import pytest
 import tfspec
 from evals import cli
 from evals import run
+from evals.orchestration import flags
+from evals.orchestration import spec as spec_lib
 from evals import tasks
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -73,13 +75,13 @@ def test_evals_run_help_from_the_shell():
     ([], {"baseline": True, "calibrate": True, "resume": False, "prompt_eos": False}),
 ])
 def test_absl_boolean_spellings_keep_working(argv, expected):
-    args, spec = run.parse(["--task", "humaneval", "--output_dir", "x", *argv])
+    args, spec = flags.parse(["--task", "humaneval", "--output_dir", "x", *argv], run.PROG, run.__doc__)
     assert {name: getattr(spec, name) for name in expected} == expected
     assert args.verbose is False
 
 
 def test_beam_flags_pass_through_and_explicit_values_are_seen():
-    parser = run.build_parser()
+    parser = flags.build_parser(run.PROG, run.__doc__)
     argv = ["--task=humaneval", "--k", "2", "--direct_num_workers", "2",
             "--direct_running_mode=multi_processing"]
     args, beam_args = parser.parse_known_args(argv)
@@ -99,9 +101,9 @@ def test_list_tasks(argv, capsys):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_dtype_flag(dtype):
-    _, spec = run.parse(["--task", "humaneval", "--dtype", dtype])
+    _, spec = flags.parse(["--task", "humaneval", "--dtype", dtype], run.PROG, run.__doc__)
     assert spec.dtype == dtype
-    _, default = run.parse(["--task", "humaneval"])
+    _, default = flags.parse(["--task", "humaneval"], run.PROG, run.__doc__)
     assert default.dtype is None
     # Resuming a run recorded before --dtype existed (float32) matches explicit float32.
     assert spec.identity()["dtype"] == (None if dtype == "float32" else dtype)
@@ -110,8 +112,8 @@ def test_dtype_flag(dtype):
 def test_bad_dtype_is_a_usage_error(capsys):
     assert _main("evals.run", ["--task", "humaneval", "--dtype", "float16"]) == 2
     assert "invalid choice: 'float16'" in capsys.readouterr().err
-    with pytest.raises(run.run_spec.UsageError, match="--dtype must be one of"):
-        run.run_spec.build_run_spec({"task": "humaneval", "dtype": "int8"})
+    with pytest.raises(spec_lib.UsageError, match="--dtype must be one of"):
+        spec_lib.build_run_spec({"task": "humaneval", "dtype": "int8"})
 
 
 def test_version_single_source_and_console_command(capsys, monkeypatch):

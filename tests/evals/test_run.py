@@ -143,9 +143,10 @@ def test_bad_input_one_line_exit_2_nothing_written(pair, tmp_path):
 def _in_process(args, monkeypatch=None):
     """Runs the same flags through the library (shares this process's compiled models)."""
     from evals import run  # pylint: disable=import-outside-toplevel
-    from pipelines import runner  # pylint: disable=import-outside-toplevel
+    from evals.orchestration import flags  # pylint: disable=import-outside-toplevel
+    from evals.orchestration import runner  # pylint: disable=import-outside-toplevel
 
-    _, spec = run.parse(args)
+    _, spec = flags.parse(args, run.PROG, run.__doc__)
     return runner.run(spec, progress=False)
 
 
@@ -274,6 +275,8 @@ def test_completions_of_canonical_solutions_report_pass_at_1_of_100(tmp_path, li
 
 def test_config_file_values_and_explicit_flags_win(tmp_path):
     from evals import run  # pylint: disable=import-outside-toplevel
+    from evals.orchestration import flags  # pylint: disable=import-outside-toplevel
+    from evals.orchestration.spec import UsageError  # pylint: disable=import-outside-toplevel
 
     config = tmp_path / "exp.py"
     config.write_text(
@@ -286,19 +289,19 @@ def test_config_file_values_and_explicit_flags_win(tmp_path):
         "    c.limit = 10 if arg is None else int(arg)\n"
         "    return c\n")
     argv = ["--config", f"{config}:5", "--k", "2", "--direct_num_workers", "2"]
-    parser = run.build_parser()
+    parser = flags.build_parser(run.PROG, run.__doc__)
     args, beam_args = parser.parse_known_args(argv)
-    values = run.flag_values(parser, argv, args, beam_args)
+    values = flags.flag_values(parser, argv, args, beam_args)
     assert (values["task"], values["k"], values["limit"]) == ("humaneval", 2, 5)
     assert values["k_sweep"] == [0, 1, 3] and values["beam_args"] == ["--direct_num_workers", "2"]
     assert values["max_new_tokens"] == 128  # Neither config nor flag: the default.
 
     bad = tmp_path / "bad.py"
     bad.write_text("def get_config():\n    return {'nonsense': 1}\n")
-    with pytest.raises(run.run_spec.UsageError, match="'nonsense', which is not an evals.run"):
-        run.load_config(str(bad))
-    with pytest.raises(run.run_spec.UsageError, match="does not exist"):
-        run.load_config(str(tmp_path / "missing.py"))
+    with pytest.raises(UsageError, match="'nonsense', which is not an evals.run"):
+        flags.load_config(str(bad))
+    with pytest.raises(UsageError, match="does not exist"):
+        flags.load_config(str(tmp_path / "missing.py"))
 
 
 def test_main_command_on_the_embedded_default(tmp_path):

@@ -11,11 +11,11 @@ from evals import latency
 from evals import records
 from evals import summary as summary_lib
 from evals import tasks
-from evals.run_spec import build_run_spec
+from evals.orchestration.spec import build_run_spec
 from pipelines import generation
 from pipelines import journal as journal_lib
 from pipelines import outputs
-from pipelines import runner
+from evals.orchestration import runner
 from tests.pipelines import tiny_models
 
 MAX_NEW = 8

@@ -241,9 +241,9 @@ def test_dtype_is_passed_to_load_model(pair, dtype):
 
 
 def test_phases_reported_while_generating(spec, make_items, tmp_path, monkeypatch):
-    from pipelines import progress  # pylint: disable=import-outside-toplevel
+    from pipelines import status  # pylint: disable=import-outside-toplevel
     phases = []
-    monkeypatch.setattr(progress, "report_phase", phases.append)
+    monkeypatch.setattr(status, "report_phase", phases.append)
     # A process that has not loaded the models yet says so; one that has does not.
     fresh = dataclasses.replace(spec, dtype="float32")
     monkeypatch.delitem(generation._LOADED, fresh, raising=False)  # pylint: disable=protected-access

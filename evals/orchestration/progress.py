@@ -5,9 +5,10 @@ two files the workers write as they go:
 
 * every finished record is appended to examples.jsonl at once (`pipelines.journal`),
   whichever process made it; a driver thread reads the new lines every `interval_s`;
-* the current phase: workers call `report_phase("...")`, which writes one line of text to the
-  status file named by the environment variable TFSPEC_STATUS_FILE (set by the driver for
-  the runner's local worker processes; a no-op where it is unset, e.g. on remote workers).
+* the current phase: workers call `pipelines.status.report_phase("...")`, which writes
+  one line of text to the status file named by the environment variable TFSPEC_STATUS_FILE
+  (set by the driver for the runner's local worker processes; a no-op where it is unset,
+  e.g. on remote workers).
 
 On stderr (tqdm) it shows:
 
@@ -35,23 +36,9 @@ import threading
 from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 from pipelines import journal as journal_lib
+from pipelines.status import STATUS_ENV
 
-STATUS_ENV = "TFSPEC_STATUS_FILE"
 AUTOREGRESSIVE_LABEL = "AR"
-
-
-def report_phase(text: str) -> None:
-    """Tells the driver's display what this worker is doing now (no-op without a display)."""
-    path = os.environ.get(STATUS_ENV)
-    if not path:
-        return
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(" ".join(str(text).split()))
-        os.replace(tmp, path)  # Whole lines only: the reader never sees a partial phase.
-    except OSError:
-        pass
 
 
 def mode_label(mode: str, k: Optional[int]) -> str:

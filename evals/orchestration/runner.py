@@ -29,15 +29,15 @@ from evals import datasources
 from evals import provenance
 from evals import records
 from evals import summary as summary_lib
-from evals import run_plan
-from evals import run_spec as run_spec_lib
+from evals.orchestration import plan as run_plan
+from evals.orchestration import spec as run_spec_lib
 from evals import tasks
-from evals.run_spec import RunSpec
-from evals.run_spec import UsageError
+from evals.orchestration.spec import RunSpec
+from evals.orchestration.spec import UsageError
 from pipelines import faults
 from pipelines import journal as journal_lib
 from pipelines import outputs
-from pipelines import progress as progress_lib
+from evals.orchestration import progress as progress_lib
 from pipelines import run_lock
 
 # Models with more parameter bytes than this are shared among the processes of a worker

@@ -1,10 +1,10 @@
-"""Tests for evals.run_spec: flag values -> RunSpec, and the one-line usage errors."""
+"""Tests for evals.orchestration.spec: flag values -> RunSpec, and the one-line usage errors."""
 
 import pytest
 
-from evals import run_spec
-from evals.run_spec import UsageError
-from evals.run_spec import build_run_spec
+from evals.orchestration import spec as run_spec
+from evals.orchestration.spec import UsageError
+from evals.orchestration.spec import build_run_spec
 
 
 def test_defaults():

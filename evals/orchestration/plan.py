@@ -24,8 +24,8 @@ from evals import humaneval
 from evals import records
 from evals import tasks
 from evals.example import Example
-from evals.run_spec import RunSpec
-from evals.run_spec import UsageError
+from evals.orchestration.spec import RunSpec
+from evals.orchestration.spec import UsageError
 
 
 @dataclasses.dataclass

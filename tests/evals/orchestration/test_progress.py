@@ -1,4 +1,4 @@
-"""Tests for pipelines.progress: phases, examples counted like the header, modes apart."""
+"""Tests for evals.orchestration.progress (and pipelines.status): phases, examples counted like the header, modes apart."""
 
 import io
 import os
@@ -7,7 +7,8 @@ import pytest
 import tqdm
 
 from pipelines import journal as journal_lib
-from pipelines import progress
+from evals.orchestration import progress
+from pipelines import status
 
 
 def _line(i, k, accepted=0, drafted=0, sample=0):
@@ -67,15 +68,15 @@ def test_the_label_is_the_phase_the_workers_report(tmp_path, captured, phase):
     journal = journal_lib.Journal(str(tmp_path))
     bar = progress.JournalProgress.for_work(journal, _keys(1), interval_s=60)
     with bar:
-        assert os.environ[progress.STATUS_ENV] == bar.status_path
+        assert os.environ[status.STATUS_ENV] == bar.status_path
         bar.poll()
         assert "starting the pipeline" in captured.getvalue()
-        progress.report_phase(phase)  # What a worker process calls.
+        status.report_phase(phase)  # What a worker process calls.
         bar.poll()
         assert phase in captured.getvalue()
         status_dir = os.path.dirname(bar.status_path)
-    assert progress.STATUS_ENV not in os.environ and not os.path.exists(status_dir)
-    progress.report_phase("after the run")  # No display: a no-op, no error.
+    assert status.STATUS_ENV not in os.environ and not os.path.exists(status_dir)
+    status.report_phase("after the run")  # No display: a no-op, no error.
 
 
 def test_disabled_or_nothing_to_do_shows_nothing(tmp_path, captured):
@@ -84,7 +85,7 @@ def test_disabled_or_nothing_to_do_shows_nothing(tmp_path, captured):
         bar.poll()
     with progress.JournalProgress.for_work(journal, _keys(2), enabled=False) as bar:
         bar.poll()
-    assert captured.getvalue() == "" and progress.STATUS_ENV not in os.environ
+    assert captured.getvalue() == "" and status.STATUS_ENV not in os.environ
 
 
 @pytest.mark.parametrize("mode,k,label", [("autoregressive", 0, "AR"), ("speculative", 4, "k=4"),

@@ -1,14 +1,14 @@
-"""Tests for pipelines.runner: validation before anything is written, options, reporting."""
+"""Tests for evals.orchestration.runner: validation before anything is written, options, reporting."""
 
 import json
 import os
 
 import pytest
 
-from evals.run_spec import UsageError
-from evals.run_spec import build_run_spec
+from evals.orchestration.spec import UsageError
+from evals.orchestration.spec import build_run_spec
 from pipelines import outputs
-from pipelines import runner
+from evals.orchestration import runner
 
 
 def _spec(pair, tmp_path, **overrides):

@@ -1,14 +1,14 @@
-"""Tests for evals.run_plan: which records a (resumed) run still has to produce."""
+"""Tests for evals.orchestration.plan: which records a (resumed) run still has to produce."""
 
 import json
 
 import pytest
 
 from evals import records
-from evals import run_plan
+from evals.orchestration import plan as run_plan
 from evals.example import Example
-from evals.run_spec import UsageError
-from evals.run_spec import build_run_spec
+from evals.orchestration.spec import UsageError
+from evals.orchestration.spec import build_run_spec
 
 EXAMPLES = [Example(id=f"e{i}", source="s", prompt=f"p{i}", reference="r") for i in range(3)]
 
