@@ -8,7 +8,7 @@ import pytest
 import tfspec
 from tfspec.models.ngram import NGram
 from tfspec.models.prompt_lookup import PromptLookup
-from tests.tfspec import exact_reference as ref
+from tfspec.testing import exact_reference as ref
 
 VOCAB = 7
 PROMPTS = [[1, 2, 3], [4], [5, 6, 5, 6, 5], [2, 2], [3, 1, 4, 1, 5, 2, 6]]
