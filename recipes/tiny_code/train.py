@@ -1,8 +1,8 @@
-"""Command line of the training recipes: `python -m tfspec.train --config FILE [...]`.
+"""Command line of the tiny-code recipe: `python -m recipes.tiny_code.train --config FILE`.
 
-    python -m tfspec.train --config configs/zoo_tiny_code.py --stage all
-    python -m tfspec.train --config configs/zoo_tiny_code.py:smoke --workdir /tmp/smoke \\
-        --max_steps 20 --zoo_dir /tmp/smoke/zoo
+    python -m recipes.tiny_code.train --config configs/zoo_tiny_code.py --stage all
+    python -m recipes.tiny_code.train --config configs/zoo_tiny_code.py:smoke \\
+        --workdir /tmp/smoke --max_steps 20 --zoo_dir /tmp/smoke/zoo
 
 `--config FILE[:ARG]` names a Python file whose `get_config(ARG)` returns an
 `ml_collections.ConfigDict`; `--set key.path=VALUE` overrides fields (VALUE is a Python
@@ -57,7 +57,7 @@ class _null:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tfspec.train", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m recipes.tiny_code.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="FILE[:ARG] with get_config(ARG).")
     parser.add_argument("--workdir", default=None,
@@ -80,24 +80,25 @@ def main(argv=None):
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import tensorflow as tf  # Imported late: TensorFlow is slow to load.
 
+    from recipes.tiny_code import data as data_lib
     from tfspec.training import export, stages
     tf.get_logger().setLevel("ERROR")  # Bucketed shapes retrace on purpose; no warnings.
 
     config = stages.validate_config(load_config(args.config, args.set))
     workdir = os.path.abspath(os.path.expanduser(args.workdir or config.workdir))
     os.makedirs(workdir, exist_ok=True)
-    stages.log(f"[tfspec.train] workdir {workdir}, stage {args.stage}")
+    stages.log(f"[train] workdir {workdir}, stage {args.stage}")
     wanted = stages.STAGES if args.stage == "all" else (args.stage,)
     data = None
     results = {}
     for stage in wanted:
         if args.stage == "all" and stages.stage_done(workdir, stage, args.max_steps,
                                                      config):
-            stages.log(f"[tfspec.train] stage {stage}: already done, skipped")
+            stages.log(f"[train] stage {stage}: already done, skipped")
             continue
         if data is None:
-            data = stages.load_data(config)
-            stages.log(f"[tfspec.train] data: {len(data.train)} train / "
+            data = data_lib.load_data(config)
+            stages.log(f"[train] data: {len(data.train)} train / "
                        f"{len(data.validation)} validation examples")
         if stage == stages.TARGET:
             results[stage] = stages.train_target(config, workdir, data, args.max_steps,
@@ -107,7 +108,7 @@ def main(argv=None):
                                                 progress=not args.no_progress)
         else:
             results[stage] = export.export_pair(config, workdir, args.zoo_dir, data)
-        stages.log(f"[tfspec.train] stage {stage} done: "
+        stages.log(f"[train] stage {stage} done: "
                    f"{json.dumps(results[stage], default=str)[:2000]}")
     return results
 
