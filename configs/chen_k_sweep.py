@@ -23,6 +23,11 @@ so use `--limit 500` for a first look. CPU only for smoke checks.
 Data: XSum test split, as in `configs/chen_xsum_nucleus.py` (`--data_path
 ~/tensorflow_datasets` for TFDS, or `--data_source hf`, or `--data_source local
 --data_path 'xsum_{split}.jsonl'`). 128 new tokens at most, as in the paper.
+
+Measured here: nothing yet. This sweep needs the Hugging Face Hub (no network here) and a
+TPU (none here); it has only been checked to load and validate as evals.run flags
+(`tests/configs/test_configs.py`).
+The same sweep on the embedded pair, offline, is `configs/zoo_k_sweep.py` (numbers there).
 """
 
 from configs import common
@@ -32,9 +37,7 @@ VARIANTS = (None, "nucleus", "greedy")
 
 def get_config(arg=None):
     """evals.run flag values: `arg` "nucleus" (default: T 1, top_p 0.8) or "greedy"."""
-    arg = arg or "nucleus"
-    if arg not in ("nucleus", "greedy"):
-        raise ValueError(f"chen_k_sweep takes 'nucleus' or 'greedy', got {arg!r}")
+    arg = common.variant(arg, "chen_k_sweep", ("nucleus", "greedy"), default="nucleus")
     return common.run_config(
         task="xsum",
         target="hf://google/flan-t5-xxl",

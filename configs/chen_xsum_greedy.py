@@ -22,14 +22,20 @@ Hardware: one TPU v4 chip or larger (`--tpu local`); CPU only for smoke checks
 Data: XSum test split, as in `configs/chen_xsum_nucleus.py` (TFDS manual download with
 `--data_path ~/tensorflow_datasets`, or `--data_source hf`, or `--data_source local
 --data_path 'xsum_{split}.jsonl'`). 128 new tokens at most, as in the paper.
+
+Measured here: nothing yet. This row needs the Hugging Face Hub (no network here) and a
+TPU (none here); it has only been checked to load and validate as evals.run flags
+(`tests/configs/test_configs.py`).
 """
 
 from configs import common
 
+VARIANTS = (None,)
+
 
 def get_config(arg=None):
-    """evals.run flag values of this published row (`arg` is unused)."""
-    del arg
+    """evals.run flag values of this published row (takes no `arg`)."""
+    common.variant(arg, "chen_xsum_greedy", ())
     return common.run_config(
         task="xsum",
         target="hf://google/flan-t5-xxl",

@@ -31,14 +31,20 @@ needs a manual download into the TFDS data_dir: `--data_path ~/tensorflow_datase
 --data_path 'xsum_{split}.jsonl'` with fields document/summary/id. Quality is ROUGE (x100)
 with bootstrap bounds; the paper's headline is ROUGE-2. 128 new tokens at most, as in the
 paper.
+
+Measured here: nothing yet. This row needs the Hugging Face Hub (no network here) and a
+TPU (none here); it has only been checked to load and validate as evals.run flags
+(`tests/configs/test_configs.py`).
 """
 
 from configs import common
 
+VARIANTS = (None,)
+
 
 def get_config(arg=None):
-    """evals.run flag values of this published row (`arg` is unused)."""
-    del arg
+    """evals.run flag values of this published row (takes no `arg`)."""
+    common.variant(arg, "chen_xsum_nucleus", ())
     return common.run_config(
         task="xsum",
         target="hf://google/flan-t5-xxl",

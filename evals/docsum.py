@@ -1,6 +1,6 @@
 """Docstring summarization of Python code: the offline task of the embedded default model.
 
-The data is the project's own code corpus (`tfspec.data.code_corpus`, built from Python
+The data is the project's own code corpus (`recipes.tiny_code.corpus`, built from Python
 source every machine has): `build_corpus(seed, cache_dir).docsum(split)` gives records
 {id, code, summary}, where the summary is the first sentence of the function's docstring.
 The model sees `summarize: ` + code (validation split by default) and is scored with ROUGE,
@@ -23,18 +23,18 @@ CORPUS_SEED = 0
 # The code corpus has train and validation splits; evaluation uses validation.
 DEFAULT_SPLIT = "validation"
 FIELD_OPTIONS = ("input_field", "target_field", "id_field")
-_HINT = ("docsum reads the project's code corpus (tfspec.data.code_corpus); or pass "
+_HINT = ("docsum reads the project's code corpus (recipes.tiny_code.corpus); or pass "
          "--data_source local --data_path FILE.jsonl with fields code and summary")
 
 
 def _corpus_records(split: str, cache_dir: Optional[str]):
     try:
-        code_corpus = importlib.import_module("tfspec.data.code_corpus")
+        corpus_lib = importlib.import_module("recipes.tiny_code.corpus")
     except ImportError as e:
         raise datasources.DataUnavailableError(
-            f"cannot import tfspec.data.code_corpus ({datasources.one_line(e, 100)}); "
+            f"cannot import recipes.tiny_code.corpus ({datasources.one_line(e, 100)}); "
             f"{_HINT}") from None
-    corpus = code_corpus.build_corpus(seed=CORPUS_SEED, cache_dir=cache_dir)
+    corpus = corpus_lib.build_corpus(seed=CORPUS_SEED, cache_dir=cache_dir)
     return corpus.docsum(split)
 
 

@@ -1,10 +1,20 @@
-"""Test-wide setup: quiet TensorFlow, two logical CPU devices for MirroredStrategy tests."""
+"""Test-wide setup: quiet TensorFlow, two logical CPU devices, and the strategy matrix.
+
+`--strategy default|mirrored|tpu:NAME` picks the `tf.distribute` strategy of every test that
+takes the `strategy` fixture (the decoding, exactness and T5 parity tests): models with
+variables are created in `strategy.scope()` and `tfspec.generate` gets `strategy=`.
+`mirrored` is `MirroredStrategy` over the two logical CPU devices set up below; `tpu:NAME`
+is `tfspec.distribute.resolve_strategy(NAME)` (`tpu:local` on a Cloud TPU VM). Tests marked
+`strategies` run under both default and mirrored in a default run, so the plain
+`python -m pytest` (what CI runs) covers the mirrored matrix on a small set of tests.
+"""
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402  (environment must be set first)
 
 # Logical devices can only be configured before the runtime initialises, so this runs at
@@ -16,12 +26,58 @@ try:
 except RuntimeError:  # Runtime already initialised by an earlier import: keep what exists.
     pass
 
+DEFAULT, MIRRORED, TPU_PREFIX = "default", "mirrored", "tpu:"
+_STRATEGIES = {}
+
 
 def pytest_addoption(parser):
-    parser.addoption("--tpu", action="store", default=None,
-                     help="Run the TPU matrix against this TPU name ('local' on a TPU VM).")
+    parser.addoption("--strategy", action="store", default=DEFAULT,
+                     help="tf.distribute strategy of the decoding, exactness and T5 parity "
+                          "tests: default, mirrored (two logical CPU devices) or tpu:NAME "
+                          "(tpu:local on a Cloud TPU VM).")
 
 
 def pytest_configure(config):
+    name = config.getoption("strategy")
+    if name not in (DEFAULT, MIRRORED) and not (name.startswith(TPU_PREFIX)
+                                                and len(name) > len(TPU_PREFIX)):
+        raise pytest.UsageError(f"--strategy must be default, mirrored or tpu:NAME, got "
+                                f"{name!r}")
     config.addinivalue_line("markers", "slow: long-running test (CI runs it; deselect locally with -m 'not slow')")
-    config.addinivalue_line("markers", "tpu: needs a TPU, run with --tpu NAME")
+    config.addinivalue_line(
+        "markers", "strategies: with the default --strategy, run under both the default "
+                   "and the mirrored strategy (the CI part of the strategy matrix)")
+
+
+def pytest_generate_tests(metafunc):
+    if "strategy" not in metafunc.fixturenames:
+        return
+    name = metafunc.config.getoption("strategy")
+    names = [name]
+    if name == DEFAULT and metafunc.definition.get_closest_marker("strategies"):
+        names = [DEFAULT, MIRRORED]
+    metafunc.parametrize("strategy", names, indirect=True, scope="module")
+
+
+def _make_strategy(name: str) -> tf.distribute.Strategy:
+    if name == DEFAULT:
+        return tf.distribute.get_strategy()
+    if name == MIRRORED:
+        cpus = tf.config.list_logical_devices("CPU")
+        assert len(cpus) >= 2, "tests/conftest.py configures two logical CPU devices"
+        return tf.distribute.MirroredStrategy([d.name for d in cpus[:2]])
+    from tfspec import distribute  # pylint: disable=import-outside-toplevel
+    return distribute.resolve_strategy(name[len(TPU_PREFIX):])
+
+
+@pytest.fixture(scope="module")
+def strategy(request):
+    """The `tf.distribute.Strategy` of this test (see the module docstring).
+
+    The default strategy has one replica, so `generate(strategy=...)` then takes the plain
+    single-device path.
+    """
+    name = request.param
+    if name not in _STRATEGIES:
+        _STRATEGIES[name] = _make_strategy(name)
+    return _STRATEGIES[name]

@@ -1,6 +1,6 @@
 """A two-minute tour that needs nothing but the installed package: `python -m tfspec.demo`.
 
-It tokenizes held-out code prompts with the shipped tokenizer, builds a small randomly
+It tokenizes a few built-in code prompts with the shipped tokenizer, builds a small randomly
 initialised T5 target, and decodes greedily three ways through the same compiled loop:
 autoregressively, with a prompt-lookup draft and with a random T5 draft. Greedy speculative
 decoding must reproduce the autoregressive tokens exactly; the demo checks that and prints
@@ -8,6 +8,7 @@ acceptance and timing. (Random weights make acceptance low, so no speed-up is ex
 the trained embedded pair is what `python -m evals.run` uses.)
 """
 
+import argparse
 import sys
 import time
 
@@ -26,15 +27,51 @@ def _config(vocab_size: int, d_model: int, layers: int, decoder_layers: int) -> 
                     eos_token_id=1, decoder_start_token_id=0)
 
 
+# HumanEval-shaped prompts (signature + docstring), written for the demo.
+_PROMPTS = (
+    'def clamp(value, low, high):\n    """Returns value limited to the range [low, high]."""\n',
+    'import os\n\n\ndef total_size(paths):\n    """Returns the summed size in bytes of the '
+    'files in paths."""\n',
+    'def count_words(text):\n    """Returns a dict mapping each word of text to its '
+    'count."""\n',
+    'class Stack:\n    def push(self, item):\n        """Adds item on top of the stack."""\n',
+)
+
+
 def _prompts(tokenizer, count: int):
-    from tfspec.data import code_corpus  # Builds (and caches) the corpus on first use.
-    records = code_corpus.build_corpus().completion("validation")[:count]
-    return [tokenizer.encode(r["prompt"])[-256:] for r in records]
+    """`count` prompts, cycling through the built-in ones."""
+    return [tokenizer.encode(_PROMPTS[i % len(_PROMPTS)]) for i in range(count)]
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter,
+                    argparse.RawDescriptionHelpFormatter):
+    """Defaults in the help (unless None or empty: the help says what happens), the
+    description's line breaks kept (as `evals.cli`)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default in ("", []):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """The command-line convention of every entry point (as `evals.cli`, which the library may
+    not import): `-h`/`--help` exit 0 with defaults shown, no abbreviations, and a bad flag
+    is one line on stderr with exit status 2."""
+
+    def __init__(self, prog: str, description: str):
+        super().__init__(prog=prog, description=description, formatter_class=_HelpFormatter,
+                         allow_abbrev=False)
+        self.add_argument("--verbose", action="store_true",
+                          help="show TensorFlow's native (C++) logs (same as "
+                               "TFSPEC_VERBOSE=1)")
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def main(argv=None) -> int:
-    from tfspec import train  # pylint: disable=import-outside-toplevel  (its CLI convention)
-    parser = train.ArgumentParser("python -m tfspec.demo", __doc__)
+    parser = _ArgumentParser("python -m tfspec.demo", __doc__)
     parser.add_argument("--num_prompts", type=int, default=4, help="held-out code prompts")
     parser.add_argument("--max_new_tokens", type=int, default=32, help="tokens per prompt")
     parser.add_argument("--k", type=int, default=4, help="draft tokens per round")
@@ -58,7 +95,7 @@ def main(argv=None) -> int:
     baseline, baseline_s = run(None, 0)
     tokens = int(baseline.lengths.sum())
     print(f"target: random T5, {sum(int(np.prod(v.shape)) for v in target.weights) / 1e6:.1f}M parameters; "
-          f"{len(prompts)} held-out code prompts; greedy; {args.max_new_tokens} new tokens")
+          f"{len(prompts)} code prompts; greedy; {args.max_new_tokens} new tokens")
     print(f"  autoregressive      {1e3 * baseline_s / tokens:7.2f} ms/token")
     ok = True
     for name, draft in drafts.items():

@@ -7,6 +7,7 @@ its own copy of the weights on its own device, which XLA requires (a compiled pr
 read a variable placed on another device). `check_placement` enforces it with a clear error.
 """
 
+import weakref
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -54,7 +55,9 @@ def check_placement(strategy: tf.distribute.Strategy, model, role: str) -> None:
             f"replica reads its own copy of the weights")
 
 
-_REPLICATED = {}
+# {fn: {id(strategy): (strategy, step)}}, fn a weak key: `step` calls `fn` through a weak
+# reference, so dropping the compiled loop (with its model) frees its replicated step too.
+_REPLICATED: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
 
 
 def _replicated(strategy: tf.distribute.Strategy, fn: Callable) -> Callable:
@@ -64,13 +67,15 @@ def _replicated(strategy: tf.distribute.Strategy, fn: Callable) -> Callable:
     can deadlock on the tracing lock; inside a tf.function the replicas are traced in one
     graph (the pattern TensorFlow documents for custom loops).
     """
-    key = (id(strategy), id(fn))
-    if key not in _REPLICATED:
+    per_fn = _REPLICATED.setdefault(fn, {})
+    if id(strategy) not in per_fn:
+        fn_ref = weakref.ref(fn)
+
         @tf.function
         def step(values, shared):
-            return strategy.run(lambda v: fn(*v, shared), args=(values,))
-        _REPLICATED[key] = (strategy, fn, step)  # Holding both keeps the ids valid.
-    return _REPLICATED[key][2]
+            return strategy.run(lambda v: fn_ref()(*v, shared), args=(values,))
+        per_fn[id(strategy)] = (strategy, step)  # Holding the strategy keeps its id valid.
+    return per_fn[id(strategy)][1]
 
 
 def run_split(strategy: tf.distribute.Strategy, fn: Callable,

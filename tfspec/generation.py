@@ -7,6 +7,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfspec import acceptance as acceptance_lib
 from tfspec import decoding
 from tfspec import distribute as distribute_lib
 from tfspec import memory
@@ -112,16 +113,62 @@ def _check_tokens(array: np.ndarray, lengths: np.ndarray, vocab_size: int) -> No
         raise ValueError(f"prompt {row} has token ids outside the vocabulary [0, {vocab_size})")
 
 
-# Compiled loops per target: {target: {(draft, config, jit, fns): tf.function}}. Weak keys
-# let models be garbage collected together with their compiled programs.
-_COMPILED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+class _CompiledLoops:
+    """The compiled loops of one target: autoregressive ones, and per draft.
+
+    Drafts are weak keys, so a draft the caller drops takes its compiled loops with it.
+    """
+
+    def __init__(self):
+        self.autoregressive = {}
+        self.by_draft = weakref.WeakKeyDictionary()
+
+    def table(self, draft) -> dict:
+        return self.autoregressive if draft is None else self.by_draft.setdefault(draft, {})
+
+    def functions(self) -> list:
+        tables = [self.autoregressive] + list(self.by_draft.values())
+        return [fn for table in tables for fn in table.values()]
+
+
+# {target: _CompiledLoops}, target a weak key. The compiled functions reach the target and
+# the draft only through weak references (see `_loop_fn`): a strong reference from a cached
+# value to its own weak key would keep both alive forever, so a dropped model is freed
+# together with its compiled programs.
+_COMPILED: "weakref.WeakKeyDictionary[Any, _CompiledLoops]" = weakref.WeakKeyDictionary()
+
+
+def compiled_loops(target) -> list:
+    """The compiled loops (`tf.function`s) cached for `target`, for tests and diagnostics."""
+    loops = _COMPILED.get(target)
+    return loops.functions() if loops is not None else []
 
 
 def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, accept_fn,
              draft_sample_fn):
+    if jit_compile is None:  # Eager: tf.while_loop runs as a Python loop; nothing cached.
+        return _loop_body(lambda: target, lambda: draft, config, accept_fn, draft_sample_fn)
+    table = _COMPILED.setdefault(target, _CompiledLoops()).table(draft)
+    key = (config, jit_compile, accept_fn, draft_sample_fn)
+    if key not in table:
+        # Weak references: the cache entry must not keep its own keys alive. The function
+        # only runs while the target is alive (it is reached through the target's entry).
+        target_ref = weakref.ref(target)
+        draft_ref = (lambda: None) if draft is None else weakref.ref(draft)
+        # Traced once per (batch, prompt bucket) input shape.
+        table[key] = tf.function(
+            _loop_body(target_ref, draft_ref, config, accept_fn, draft_sample_fn),
+            jit_compile=jit_compile)
+    return table[key]
+
+
+def _loop_body(target_fn, draft_fn, config: decoding.LoopConfig, accept_fn, draft_sample_fn):
+    """The loop as a function of its tensor inputs; `target_fn()` / `draft_fn()` give the
+    models (weak references when compiled)."""
+
     def run(prompt_ids, prompt_lengths, row_keys, seed):
         out_ids, lengths, state = decoding.decode_loop(
-            target, draft, prompt_ids, prompt_lengths, row_keys, seed, config,
+            target_fn(), draft_fn(), prompt_ids, prompt_lengths, row_keys, seed, config,
             accept_fn=accept_fn, draft_sample_fn=draft_sample_fn)
         return {"out_ids": out_ids, "lengths": lengths, "rounds": state.rounds,
                 "drafted": state.drafted, "accepted": state.accepted,
@@ -129,22 +176,14 @@ def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, acce
                 "accepted_per_position": state.accepted_per_position,
                 "beta_sum": state.beta_sum}
 
-    if jit_compile is None:  # Eager: tf.while_loop runs as a Python loop.
-        return run
-    key = (draft, config, jit_compile, accept_fn, draft_sample_fn)
-    per_target = _COMPILED.setdefault(target, {})
-    if key not in per_target:
-        # Traced once per (batch, prompt bucket) input shape.
-        per_target[key] = tf.function(run, jit_compile=jit_compile)
-    return per_target[key]
+    return run
 
 
 def generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
              sampling: Optional[sampling_lib.Sampling] = None, seed: int = 0,
              eos_id=_TARGET_DEFAULT, row_keys: Optional[Sequence[int]] = None,
              prompt_lengths=None, jit_compile: Optional[bool] = True,
-             strategy: Optional[tf.distribute.Strategy] = None,
-             accept_fn=None, draft_sample_fn=None) -> Generation:
+             strategy: Optional[tf.distribute.Strategy] = None) -> Generation:
     """Decodes a batch with exact speculative sampling (or autoregressively).
 
     Args:
@@ -168,10 +207,27 @@ def generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
       prompt_lengths: int [batch] when `prompts` is an array.
       jit_compile: True = one XLA program; False = tf.function graph; None = eager.
       strategy: a `tf.distribute.Strategy`; the batch is split across its replicas.
-      accept_fn, draft_sample_fn: overrides of the rule, for testing only.
 
     Returns:
       A `Generation` with numpy `tokens`, `lengths` and `stats`.
+    """
+    return _generate(target, prompts, draft=draft, k=k, max_new_tokens=max_new_tokens,
+                     sampling=sampling, seed=seed, eos_id=eos_id, row_keys=row_keys,
+                     prompt_lengths=prompt_lengths, jit_compile=jit_compile,
+                     strategy=strategy)
+
+
+def _generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
+              sampling: Optional[sampling_lib.Sampling] = None, seed: int = 0,
+              eos_id=_TARGET_DEFAULT, row_keys: Optional[Sequence[int]] = None,
+              prompt_lengths=None, jit_compile: Optional[bool] = True,
+              strategy: Optional[tf.distribute.Strategy] = None,
+              accept_fn=acceptance_lib.accept,
+              draft_sample_fn=sampling_lib.sample_categorical) -> Generation:
+    """`generate` with the acceptance rule and the draft sampler as arguments.
+
+    Private: the only callers that replace the rules are the power checks of the exactness
+    tests, through `tfspec.testing.generate_with_rules`.
     """
     sampling = sampling_lib.Sampling() if sampling is None else sampling
     if not isinstance(sampling, sampling_lib.Sampling):
@@ -216,10 +272,7 @@ def generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
         k=k, max_new_tokens=int(max_new_tokens), sampling=sampling,
         eos_id=None if eos_id is None else int(eos_id),
         start_id=int(getattr(target, "decoder_start_id", target.pad_id)))
-    from tfspec import acceptance as acceptance_lib  # Local: defaults only.
-    run = _loop_fn(target, draft, config, jit_compile,
-                   accept_fn or acceptance_lib.accept,
-                   draft_sample_fn or sampling_lib.sample_categorical)
+    run = _loop_fn(target, draft, config, jit_compile, accept_fn, draft_sample_fn)
     inputs = (tf.constant(prompt_ids, tf.int32), tf.constant(lengths, tf.int32),
               tf.constant(keys, tf.int64), tf.constant(seed, tf.int64))
     if strategy is not None and strategy.num_replicas_in_sync > 1:

@@ -11,7 +11,7 @@ Special ids are T5's: pad 0 (also the decoder start id), EOS 1, UNK 2, no BOS. A
 with other special ids is rejected, because the decoding loop and the checkpoints assume them.
 
 Exact round trip. With the project's tokenizer (`tfspec/zoo/assets/tiny-code/spiece.model`,
-trained by `tfspec.data.spm_training`: identity normalisation, no whitespace folding, no dummy
+trained by the tiny-code recipe: identity normalisation, no whitespace folding, no dummy
 prefix, byte fallback) `decode(encode(s)) == s` for every string `s` (any valid Unicode,
 whitespace, tabs, newlines, control characters and emoji included). One character needs help
 from this wrapper: SentencePiece writes spaces as U+2581 ("▁") internally, so a literal U+2581

@@ -87,7 +87,7 @@ def test_checkpoint_prompts_are_tokenized_held_out_code(monkeypatch):
     import types
 
     import tfspec
-    from tfspec.data import code_corpus
+    from recipes.tiny_code import corpus as code_corpus
 
     items = [{"id": "a", "prompt": "def f(x):\n    return", "completion": " x\n"},
              {"id": "b", "prompt": "import os\n", "completion": ""}]

@@ -1,6 +1,7 @@
 """Every experiment config in configs/ loads and validates as evals.run flag values."""
 
 import glob
+import importlib
 import importlib.util
 import os
 
@@ -12,7 +13,7 @@ from evals.orchestration import spec as run_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG_DIR = os.path.join(ROOT, "configs")
-# Training recipes (tfspec.train), not evals.run configs: they only have to load.
+# Training recipes (recipes.tiny_code.train), not evals.run configs: they only have to load.
 TRAIN_CONFIGS = ("zoo_tiny_code.py",)
 # Helpers the configs import, not configs themselves.
 HELPER_MODULES = ("common.py",)
@@ -56,6 +57,32 @@ def test_docstring_gives_command_hardware_data(path):
     name = os.path.basename(path)
     assert f"python -m evals.run --config configs/{name}" in doc
     assert "Hardware" in doc and "Data" in doc and "ublished" in doc
+
+
+@pytest.mark.parametrize("path", _config_files(), ids=os.path.basename)
+def test_docstring_gives_command_and_numbers_measured_here(path):
+    doc = _module(path).__doc__ or ""
+    name = os.path.basename(path)
+    assert f"--config configs/{name}" in doc
+    assert "Measured here" in doc
+    assert "DESIGN.md" not in doc  # Nothing outside the repository.
+
+
+@pytest.mark.parametrize("path", _config_files(), ids=os.path.basename)
+def test_every_config_parses_its_arg_with_the_shared_parser(path, monkeypatch):
+    """An unknown ARG gets the one message of `configs.common.variant`, and every ARG a
+    config accepts goes through it."""
+    name = os.path.basename(path)[:-3]
+    module = _module(path)
+    with pytest.raises(ValueError, match=f"^{name} takes (one of|no argument)"):
+        module.get_config("no-such-variant")
+    common = importlib.import_module("configs.common")
+    seen = []
+    real = common.variant
+    monkeypatch.setattr(common, "variant", lambda *a, **k: seen.append(a) or real(*a, **k))
+    for arg in getattr(module, "VARIANTS", (None,)):
+        module.get_config(arg)
+    assert len(seen) == len(getattr(module, "VARIANTS", (None,)))
 
 
 def test_training_configs_load():

@@ -12,7 +12,7 @@ from evals import rouge
 from tests.evals import fixtures
 
 try:
-    importlib.import_module("tfspec.data.code_corpus")
+    importlib.import_module("recipes.tiny_code.corpus")
     _HAVE_CORPUS = True
 except ImportError:  # The corpus module is written in parallel; fake it until it lands.
     _HAVE_CORPUS = False
@@ -30,14 +30,14 @@ def corpus(monkeypatch, corpus_cache):
         return corpus_cache
     rows = {"validation": [{"id": f"m.f{i}", "code": f"def f{i}(x):\n    return x + {i}\n",
                             "summary": f"Adds {i}."} for i in range(5)]}
-    module = types.ModuleType("tfspec.data.code_corpus")
+    module = types.ModuleType("recipes.tiny_code.corpus")
 
     class FakeCorpus:
         def docsum(self, split):
             return rows[split]
 
     module.build_corpus = lambda seed=0, cache_dir=None: FakeCorpus()
-    monkeypatch.setitem(sys.modules, "tfspec.data.code_corpus", module)
+    monkeypatch.setitem(sys.modules, "recipes.tiny_code.corpus", module)
     return corpus_cache
 
 
@@ -70,7 +70,7 @@ def test_local_jsonl(tmp_path):
 
 
 def test_missing_corpus_module_is_data_unavailable(monkeypatch):
-    fixtures.hide_module(monkeypatch, "tfspec.data.code_corpus")
+    fixtures.hide_module(monkeypatch, "recipes.tiny_code.corpus")
     with pytest.raises(datasources.DataUnavailableError) as info:
         docsum.load()
     assert "\n" not in str(info.value) and "--data_source local" in str(info.value)

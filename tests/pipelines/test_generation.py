@@ -170,7 +170,7 @@ def test_through_run_inference_in_a_test_pipeline(spec, make_items):
 def _traces(target) -> int:
     """Traces so far of the compiled generate loops of `target` (all k, shapes, settings)."""
     return sum(fn.experimental_get_tracing_count()
-               for fn in tf_generation._COMPILED.get(target, {}).values())
+               for fn in tf_generation.compiled_loops(target))
 
 
 def test_ragged_last_batch_is_padded_without_a_new_compile(spec, make_items, monkeypatch):

@@ -25,11 +25,11 @@ def make_pair(directory: str, draft_vocab_size=None) -> dict:
       {"target": dir, "draft": dir, "tokenizer": spiece.model path, "vocab_size": int}.
     """
     import tfspec  # pylint: disable=import-outside-toplevel
-    from tfspec.data import spm_training  # pylint: disable=import-outside-toplevel
+    from recipes.tiny_code import tokenizer_training  # pylint: disable=import-outside-toplevel
     from tfspec.models import T5  # pylint: disable=import-outside-toplevel
     from tfspec.models import T5Config  # pylint: disable=import-outside-toplevel
 
-    tok = spm_training.make_test_tokenizer(os.path.join(directory, "tok"))
+    tok = tokenizer_training.make_test_tokenizer(os.path.join(directory, "tok"))
     paths = {"tokenizer": tok.path, "vocab_size": tok.vocab_size}
     for name, seed, vocab in (("target", 0, tok.vocab_size),
                               ("draft", 1, draft_vocab_size or tok.vocab_size)):

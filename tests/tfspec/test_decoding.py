@@ -1,4 +1,7 @@
-"""Loop behaviour: greedy identity, determinism, batch independence, per-row EOS."""
+"""Loop behaviour: greedy identity, determinism, batch independence, per-row EOS.
+
+Every test runs under `--strategy` (tests/conftest.py); the one marked `strategies` runs under
+the default and the mirrored strategy in every run."""
 
 import math
 
@@ -8,10 +11,15 @@ import pytest
 import tfspec
 from tfspec.models.ngram import NGram
 from tfspec.models.prompt_lookup import PromptLookup
-from tests.tfspec import exact_reference as ref
+from tfspec.testing import exact_reference as ref
 
 VOCAB = 7
 PROMPTS = [[1, 2, 3], [4], [5, 6, 5, 6, 5], [2, 2], [3, 1, 4, 1, 5, 2, 6]]
+
+
+def _generate(strategy, *args, **kwargs):
+    """`tfspec.generate` under the test's strategy (`--strategy`, tests/conftest.py)."""
+    return tfspec.generate(*args, strategy=strategy, **kwargs)
 
 
 def _models(seed=0, order=3):
@@ -23,13 +31,13 @@ def _models(seed=0, order=3):
 
 @pytest.mark.parametrize("k", [1, 3, 8])
 @pytest.mark.parametrize("draft_kind", ["ngram", "prompt_lookup", "same_as_target"])
-def test_greedy_speculative_equals_greedy_autoregressive(k, draft_kind):
+def test_greedy_speculative_equals_greedy_autoregressive(k, draft_kind, strategy):
     target, draft = _models()
     draft = {"ngram": draft, "prompt_lookup": PromptLookup(max_ngram=2),
              "same_as_target": target}[draft_kind]
     greedy = tfspec.Sampling(temperature=0.0)
-    ar = tfspec.generate(target, PROMPTS, draft=None, max_new_tokens=20, sampling=greedy)
-    spec = tfspec.generate(target, PROMPTS, draft=draft, k=k, max_new_tokens=20,
+    ar = _generate(strategy, target, PROMPTS, draft=None, max_new_tokens=20, sampling=greedy)
+    spec = _generate(strategy, target, PROMPTS, draft=draft, k=k, max_new_tokens=20,
                            sampling=greedy)
     np.testing.assert_array_equal(spec.tokens, ar.tokens)
     np.testing.assert_array_equal(spec.lengths, ar.lengths)
@@ -40,9 +48,9 @@ def test_greedy_speculative_equals_greedy_autoregressive(k, draft_kind):
 
 @pytest.mark.parametrize("k", [0, 3])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_eager_graph_and_xla_agree(k, temperature):
+def test_eager_graph_and_xla_agree(k, temperature, strategy):
     target, draft = _models()
-    outs = [tfspec.generate(target, PROMPTS, draft=draft, k=k, max_new_tokens=12,
+    outs = [_generate(strategy, target, PROMPTS, draft=draft, k=k, max_new_tokens=12,
                             sampling=tfspec.Sampling(temperature), seed=3, jit_compile=jit)
             for jit in (True, False, None)]
     for other in outs[1:]:
@@ -50,31 +58,31 @@ def test_eager_graph_and_xla_agree(k, temperature):
         np.testing.assert_array_equal(outs[0].stats.accepted, other.stats.accepted)
 
 
-def test_same_seed_same_tokens_other_seed_other_tokens():
+def test_same_seed_same_tokens_other_seed_other_tokens(strategy):
     target, draft = _models()
-    run = lambda seed: tfspec.generate(target, PROMPTS * 4, draft=draft, k=2,
+    run = lambda seed: _generate(strategy, target, PROMPTS * 4, draft=draft, k=2,
                                        max_new_tokens=15, seed=seed).tokens
     np.testing.assert_array_equal(run(5), run(5))
     assert not np.array_equal(run(5), run(6))
 
 
 @pytest.mark.parametrize("k", [0, 4])
-def test_row_alone_equals_row_in_batch(k):
+def test_row_alone_equals_row_in_batch(k, strategy):
     target, draft = _models()
     keys = [11, 22, 33, 44, 55]
-    batch = tfspec.generate(target, PROMPTS, draft=draft, k=k, max_new_tokens=16, seed=9,
+    batch = _generate(strategy, target, PROMPTS, draft=draft, k=k, max_new_tokens=16, seed=9,
                             row_keys=keys)
     for i in (0, 2, 4):
-        alone = tfspec.generate(target, [PROMPTS[i]], draft=draft, k=k, max_new_tokens=16,
+        alone = _generate(strategy, target, [PROMPTS[i]], draft=draft, k=k, max_new_tokens=16,
                                 seed=9, row_keys=[keys[i]])
         np.testing.assert_array_equal(alone.tokens[0], batch.tokens[i])
         assert alone.stats.accepted[0] == batch.stats.accepted[i]
 
 
-def test_eos_stops_each_row_independently():
+def test_eos_stops_each_row_independently(strategy):
     target, draft = _models(seed=2)
     eos = 3
-    gen = tfspec.generate(target, PROMPTS * 20, draft=draft, k=4, max_new_tokens=24, seed=0,
+    gen = _generate(strategy, target, PROMPTS * 20, draft=draft, k=4, max_new_tokens=24, seed=0,
                           eos_id=eos)
     stopped = 0
     for row, n in zip(gen.tokens, gen.lengths):
@@ -87,13 +95,13 @@ def test_eos_stops_each_row_independently():
     assert len(set(gen.lengths.tolist())) > 3
 
 
-def test_eos_in_the_middle_of_an_accepted_block():
+def test_eos_in_the_middle_of_an_accepted_block(strategy):
     # A draft identical to the target accepts all k = 8 drafts every round, so rows grow in
     # blocks of 9; a row that ends at a length that is not a multiple of 9 stopped at an EOS
     # inside an accepted block, and nothing of the block after the EOS was emitted.
     target, _ = _models(seed=4)
     eos = 2
-    gen = tfspec.generate(target, PROMPTS * 10, draft=target, k=8, max_new_tokens=30,
+    gen = _generate(strategy, target, PROMPTS * 10, draft=target, k=8, max_new_tokens=30,
                           seed=1, eos_id=eos)
     assert gen.stats.acceptance_rate == 1.0
     mid_block = 0
@@ -129,7 +137,7 @@ def _split_pair():
 
 
 @pytest.mark.parametrize("k", [2, 4])
-def test_rows_advance_by_their_own_acceptance(k):
+def test_rows_advance_by_their_own_acceptance(k, strategy):
     """Each row of a batch takes the rounds its OWN acceptance implies.
 
     Rows 0 and 2 accept every draft, so they finish in ceil(N / (k + 1)) rounds; row 1
@@ -141,7 +149,7 @@ def test_rows_advance_by_their_own_acceptance(k):
     max_new = 24
     kwargs = dict(draft=draft, k=k, max_new_tokens=max_new,
                   sampling=tfspec.Sampling(0.0), eos_id=None)
-    batch = tfspec.generate(target, SPLIT_PROMPTS, **kwargs)
+    batch = _generate(strategy, target, SPLIT_PROMPTS, **kwargs)
     rounds, accepted = batch.stats.rounds, batch.stats.accepted
     full_rounds = math.ceil(max_new / (k + 1))
     assert rounds[0] == rounds[2] == full_rounds
@@ -149,18 +157,19 @@ def test_rows_advance_by_their_own_acceptance(k):
     assert 0 < accepted[1] < batch.stats.drafted[1]
     assert rounds[1] > full_rounds
     for i, prompt in enumerate(SPLIT_PROMPTS):
-        alone = tfspec.generate(target, [prompt], **kwargs)
+        alone = _generate(strategy, target, [prompt], **kwargs)
         assert alone.stats.rounds[0] == rounds[i], f"row {i}"
         assert alone.stats.accepted[0] == accepted[i], f"row {i}"
         np.testing.assert_array_equal(alone.tokens[0], batch.tokens[i])
-    ar = tfspec.generate(target, SPLIT_PROMPTS, max_new_tokens=max_new,
+    ar = _generate(strategy, target, SPLIT_PROMPTS, max_new_tokens=max_new,
                          sampling=tfspec.Sampling(0.0), eos_id=None)
     np.testing.assert_array_equal(batch.tokens, ar.tokens)
 
 
-def test_stats_are_consistent():
+@pytest.mark.strategies
+def test_stats_are_consistent(strategy):
     target, draft = _models()
-    gen = tfspec.generate(target, PROMPTS * 3, draft=draft, k=3, max_new_tokens=18, seed=2)
+    gen = _generate(strategy, target, PROMPTS * 3, draft=draft, k=3, max_new_tokens=18, seed=2)
     s = gen.stats
     np.testing.assert_array_equal(s.drafted, 3 * s.rounds)
     assert (s.accepted <= s.drafted).all() and (s.verified <= s.drafted).all()
@@ -172,12 +181,12 @@ def test_stats_are_consistent():
 
 
 @pytest.mark.parametrize("k", [1, 3])
-def test_acceptance_rate_estimates_beta(k):
+def test_acceptance_rate_estimates_beta(k, strategy):
     # P(accept a drafted x ~ q) = sum_x min(p, q) = beta, so over many verified positions the
     # acceptance frequency matches the mean overlap (for k = 1 every drafted position is
     # verified; for k > 1 compare accepted / verified-and-judged positions).
     target, draft = _models(seed=6)
-    gen = tfspec.generate(target, [[1, 2]] * 3000, draft=draft, k=k, max_new_tokens=6,
+    gen = _generate(strategy, target, [[1, 2]] * 3000, draft=draft, k=k, max_new_tokens=6,
                           seed=2)
     s = gen.stats
     judged = s.verified.sum()

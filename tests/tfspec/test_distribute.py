@@ -7,7 +7,7 @@ import tensorflow as tf
 import tfspec
 from tfspec import distribute
 from tfspec.models.ngram import NGram
-from tests.tfspec import exact_reference as ref
+from tfspec.testing import exact_reference as ref
 
 
 def test_resolve_strategy_on_cpu_is_default():

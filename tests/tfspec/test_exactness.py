@@ -18,8 +18,9 @@ import pytest
 
 import tfspec
 from tfspec.models.ngram import NGram
-from tests.tfspec import exact_reference as ref
-from tests.tfspec import wrong_rules
+from tfspec import testing
+from tfspec.testing import exact_reference as ref
+from tfspec.testing import wrong_rules
 
 VOCAB = 5
 ROWS = 6000
@@ -51,16 +52,18 @@ def _assert_top_p_is_robust(table, sampling):
     assert margin > 1e-4, f"a top-p decision is within {margin:.1e} of flipping"
 
 
-def _pvalue(target_table, draft_model, k, sampling, eos_id=None, seed=1, wrap_target=None,
-            **overrides):
+def _pvalue(strategy, target_table, draft_model, k, sampling, eos_id=None, seed=1,
+            wrap_target=None, **overrides):
     """G-test p-value of ROWS rows against the exact distribution, and the Generation."""
     _assert_top_p_is_robust(target_table, sampling)
     length = LENGTHS[np.ndim(target_table)]
     target = NGram(target_table, eos_id=eos_id)
     if wrap_target is not None:
         target = wrap_target(target)
-    gen = tfspec.generate(target, [PROMPT] * ROWS, draft=draft_model, k=k,
-                          max_new_tokens=length, sampling=sampling, seed=seed, **overrides)
+    # Replaced rules (power checks) reach the loop only through tfspec.testing.
+    generate = testing.generate_with_rules if overrides else tfspec.generate
+    gen = generate(target, [PROMPT] * ROWS, draft=draft_model, k=k, max_new_tokens=length,
+                   sampling=sampling, seed=seed, strategy=strategy, **overrides)
     expected = ref.sequence_distribution(target_table, PROMPT, length, sampling.temperature,
                                          sampling.top_k, sampling.top_p, eos_id=eos_id)
     observed = ref.observed_sequences(gen.tokens, gen.lengths, length)
@@ -75,10 +78,11 @@ _CASES = ([(2, k, name) for name in SAMPLINGS for k in (1, 2, 4, 7)]
 
 @pytest.mark.parametrize("order, k, sampling_name", _CASES,
                          ids=[f"order{o}-{name}-k{k}" for o, k, name in _CASES])
-def test_speculative_matches_target_distribution(order, k, sampling_name):
+def test_speculative_matches_target_distribution(order, k, sampling_name, strategy):
     """Rows decoded with a different draft follow the exact transformed joint distribution."""
     target_table, draft_table = _pair(order=order)
-    pvalue, gen = _pvalue(target_table, NGram(draft_table), k, SAMPLINGS[sampling_name])
+    pvalue, gen = _pvalue(strategy, target_table, NGram(draft_table), k,
+                          SAMPLINGS[sampling_name])
     assert pvalue > P_MIN, f"p = {pvalue:.2e}"
     # The draft differs from the target, so both paths of the rule were exercised.
     assert 0.05 < gen.stats.acceptance_rate < 0.95
@@ -89,23 +93,24 @@ def test_speculative_matches_target_distribution(order, k, sampling_name):
 
 
 @pytest.mark.parametrize("k", [1, 3])
-def test_exact_with_eos_inside_accepted_blocks(k):
+def test_exact_with_eos_inside_accepted_blocks(k, strategy):
     target_table, draft_table = _pair(seed=3)
-    pvalue, gen = _pvalue(target_table, NGram(draft_table), k, tfspec.Sampling(1.0), eos_id=2)
+    pvalue, gen = _pvalue(strategy, target_table, NGram(draft_table), k,
+                          tfspec.Sampling(1.0), eos_id=2)
     assert pvalue > P_MIN, f"p = {pvalue:.2e}"
     assert (gen.lengths < LENGTHS[2]).any(), "no row stopped at EOS: the case was not exercised"
 
 
-def test_autoregressive_matches_target_distribution():
+def test_autoregressive_matches_target_distribution(strategy):
     target_table, _ = _pair()
-    pvalue, _ = _pvalue(target_table, None, 0, tfspec.Sampling(0.8))
+    pvalue, _ = _pvalue(strategy, target_table, None, 0, tfspec.Sampling(0.8))
     assert pvalue > P_MIN
 
 
-def test_identical_draft_accepts_everything_and_stays_exact():
+def test_identical_draft_accepts_everything_and_stays_exact(strategy):
     # Zero-mass residual guard: draft == target means every ratio is 1.
     target_table, _ = _pair()
-    pvalue, gen = _pvalue(target_table, NGram(target_table), 3, tfspec.Sampling(1.0))
+    pvalue, gen = _pvalue(strategy, target_table, NGram(target_table), 3, tfspec.Sampling(1.0))
     assert pvalue > P_MIN
     assert gen.stats.acceptance_rate == pytest.approx(1.0)
 
@@ -126,21 +131,37 @@ _WRONG = {
     # Invisible at order 2 (see the module docstring); order 3 must see it.
     (3, 1, "forgetful_cache"), (3, 2, "forgetful_cache"),
 ])
-def test_power_wrong_rules_are_rejected(order, k, wrong):
+def test_power_wrong_rules_are_rejected(order, k, wrong, strategy):
     """The distribution test rejects each deliberately wrong rule or model."""
     target_table, draft_table = _pair(order=order)
-    pvalue, _ = _pvalue(target_table, NGram(draft_table), k, SAMPLINGS["t1"], **_WRONG[wrong])
+    pvalue, _ = _pvalue(strategy, target_table, NGram(draft_table), k, SAMPLINGS["t1"],
+                        **_WRONG[wrong])
     assert pvalue < P_MIN, f"wrong rule {wrong} not detected (p = {pvalue:.3g})"
 
 
+@pytest.mark.strategies
+def test_exact_and_powerful_under_every_strategy(strategy):
+    """The CI part of the strategy matrix: with the batch split across replicas (mirrored),
+    rows still follow the exact distribution, and the same test still rejects a wrong
+    rule."""
+    target_table, draft_table = _pair(order=3)
+    pvalue, gen = _pvalue(strategy, target_table, NGram(draft_table), 2, SAMPLINGS["t1"])
+    assert pvalue > P_MIN, f"p = {pvalue:.2e}"
+    assert 0.05 < gen.stats.acceptance_rate < 0.95
+    pvalue, _ = _pvalue(strategy, target_table, NGram(draft_table), 2, SAMPLINGS["t1"],
+                        accept_fn=wrong_rules.inverted_ratio)
+    assert pvalue < P_MIN, f"wrong rule not detected (p = {pvalue:.3g})"
+
+
 @pytest.mark.parametrize("k", [4, 7])
-def test_later_positions_span_several_rounds(k):
+def test_later_positions_span_several_rounds(k, strategy):
     """Pairs (x_t, x_t+1) deep in the sequence, where rounds, bonus tokens and draft
     catch-up have all happened, still follow the exact Markov-chain marginals."""
     target_table, draft_table = _pair(seed=5)
     sampling = tfspec.Sampling(1.0)
     length = 2 * k + 3
     gen = tfspec.generate(NGram(target_table), [PROMPT] * ROWS, draft=NGram(draft_table),
+                          strategy=strategy,
                           k=k, max_new_tokens=length, sampling=sampling, seed=7)
     assert gen.stats.mean_tokens_per_round > 1.2
     positions = [k, k + 1, 2 * k + 1]

@@ -1,7 +1,13 @@
 """Input validation of `tfspec.generate` and the shape of its result."""
 
+import contextlib
+import gc
+import inspect
+import weakref
+
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tfspec
 from tfspec import generation
@@ -80,7 +86,7 @@ def test_one_trace_per_shape_bucket():
     target, draft = _ngram(), _ngram()
     kwargs = dict(draft=draft, k=2, max_new_tokens=4)
     tfspec.generate(target, [[1, 2, 3]], seed=0, **kwargs)
-    (fn,) = generate_lib._COMPILED[target].values()
+    (fn,) = generate_lib.compiled_loops(target)
     # Same batch, other prompt lengths within the bucket of 8, other seeds: no retrace.
     tfspec.generate(target, [[1, 2, 3, 4, 5, 1]], seed=1, **kwargs)
     tfspec.generate(target, [[2]], seed=2, row_keys=[9], **kwargs)
@@ -95,3 +101,80 @@ def test_one_trace_per_shape_bucket():
                                           (236, 256), (309, 384), (385, 512), (513, 768)])
 def test_prompt_buckets_are_powers_of_two_and_their_midpoints(width, bucket):
     assert generation.prompt_bucket(width) == bucket
+
+
+def _tiny_t5(d_model, seed):
+    from tfspec.models import T5, T5Config
+    config = T5Config(vocab_size=16, d_model=d_model, d_kv=4, d_ff=2 * d_model, num_layers=1,
+                      num_decoder_layers=1, num_heads=2, relative_attention_num_buckets=8,
+                      relative_attention_max_distance=16, feed_forward_proj="gated-gelu",
+                      tie_word_embeddings=False, layer_norm_epsilon=1e-6, pad_token_id=0,
+                      eos_token_id=1, decoder_start_token_id=0)
+    return T5(config, seed=seed)
+
+
+@pytest.mark.parametrize("mirrored", [False, True], ids=["default", "mirrored"])
+def test_dropped_models_and_their_compiled_loops_are_freed(mirrored):
+    """Several T5 pairs (graph) and NGram pairs (XLA), each decoded speculatively and
+    autoregressively; once the caller drops them, gc frees the models and every compiled
+    loop (with a strategy, also the replicated step that calls it)."""
+    strategy = None
+    if mirrored:
+        cpus = tf.config.list_logical_devices("CPU")
+        strategy = tf.distribute.MirroredStrategy([d.name for d in cpus[:2]])
+    models, loop_refs = [], []
+    for i in range(1 if mirrored else 2):  # Mirrored compiles cost more: one round of 4.
+        with strategy.scope() if strategy else contextlib.nullcontext():
+            target, draft = _tiny_t5(8, seed=i), _tiny_t5(4, seed=10 + i)
+        ngram_target, ngram_draft = _ngram(16), _ngram(16)
+        for tgt, dft, jit_compile in ((target, draft, False),
+                                      (ngram_target, ngram_draft, True)):
+            for k in (0, 2):
+                gen = tfspec.generate(tgt, [[3, 4, 5], [6]], draft=dft, k=k,
+                                      max_new_tokens=3, jit_compile=jit_compile,
+                                      strategy=strategy)
+                assert gen.lengths.tolist() == [3, 3]
+            loops = generation.compiled_loops(tgt)
+            assert len(loops) == 2  # Speculative and autoregressive.
+            loop_refs += [weakref.ref(fn) for fn in loops]
+        models += [target, draft, ngram_target, ngram_draft]
+    refs = [weakref.ref(m) for m in models]
+    gc.collect()
+    assert all(r() is not None for r in loop_refs)  # The caller still holds the models.
+    del models, target, draft, ngram_target, ngram_draft, tgt, dft, loops, gen
+    gc.collect()
+    alive_models = sum(r() is not None for r in refs)
+    alive_loops = sum(r() is not None for r in loop_refs)
+    assert (alive_models, alive_loops) == (0, 0), (
+        f"{alive_models} of {len(refs)} models and {alive_loops} of {len(loop_refs)} "
+        f"compiled loops still alive")
+    assert len(generation._COMPILED) == 0  # pylint: disable=protected-access
+
+
+def test_a_kept_target_keeps_its_loops_and_drops_those_of_a_dropped_draft():
+    target, draft = _ngram(16), _ngram(16)
+    kwargs = dict(k=2, max_new_tokens=3)
+    tfspec.generate(target, [[3, 4]], **kwargs)
+    tfspec.generate(target, [[3, 4]], draft=draft, **kwargs)
+    loops = [weakref.ref(fn) for fn in generation.compiled_loops(target)]
+    assert len(loops) == 2
+    del draft
+    gc.collect()
+    assert [r() is not None for r in loops] == [True, False]  # AR kept, speculative freed.
+    assert generation.compiled_loops(target) == [loops[0]()]
+
+
+def test_public_generate_has_no_test_hooks():
+    assert not {"accept_fn", "draft_sample_fn"} & set(
+        inspect.signature(tfspec.generate).parameters)
+    with pytest.raises(TypeError):
+        tfspec.generate(_ngram(), [[1, 2]], accept_fn=None)  # pylint: disable=E1123
+
+
+def test_generate_with_rules_defaults_to_the_exact_rules():
+    from tfspec import testing
+    kwargs = dict(draft=_ngram(), k=2, max_new_tokens=6, sampling=tfspec.Sampling(1.0), seed=3)
+    expected = tfspec.generate(_ngram(), [[1, 2], [3]], **kwargs)
+    got = testing.generate_with_rules(_ngram(), [[1, 2], [3]], **kwargs)
+    np.testing.assert_array_equal(expected.tokens, got.tokens)
+    np.testing.assert_array_equal(expected.stats.accepted, got.stats.accepted)

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import tfspec
 from tfspec import sampling
-from tests.tfspec import exact_reference as ref
+from tfspec.testing import exact_reference as ref
 
 
 @pytest.mark.parametrize("params", [

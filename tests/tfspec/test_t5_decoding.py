@@ -1,4 +1,7 @@
-"""The loop driving real (tiny, random) T5 models: greedy identity and mixed drafts."""
+"""The loop driving real (tiny, random) T5 models: greedy identity and mixed drafts.
+
+Every test runs under `--strategy` (tests/conftest.py); the one marked `strategies` runs
+under the default and the mirrored strategy in every run."""
 
 import math
 
@@ -20,11 +23,17 @@ def _config(layers, d_model=32, ff="gated-gelu", tie=False):
 
 
 @pytest.fixture(scope="module")
-def models():
-    target = T5(_config(2), seed=1)
-    related = T5(_config(1, d_model=32), seed=1)     # shares nothing but shapes/seed
-    unrelated = T5(_config(1, d_model=16, ff="relu", tie=True), seed=7)
+def models(strategy):
+    with strategy.scope():  # Each replica reads its own copy of the weights.
+        target = T5(_config(2), seed=1)
+        related = T5(_config(1, d_model=32), seed=1)     # shares nothing but shapes/seed
+        unrelated = T5(_config(1, d_model=16, ff="relu", tie=True), seed=7)
     return target, related, unrelated
+
+
+def _generate(strategy, *args, **kwargs):
+    """`tfspec.generate` under the test's strategy (`--strategy`, tests/conftest.py)."""
+    return tfspec.generate(*args, strategy=strategy, **kwargs)
 
 
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11], [12, 13, 14], [20, 21, 22, 23, 24, 25, 26, 27, 28, 29]]
@@ -32,22 +41,22 @@ PROMPTS = [[5, 6, 7, 8, 9, 10], [11], [12, 13, 14], [20, 21, 22, 23, 24, 25, 26,
 
 @pytest.mark.parametrize("k", [1, 3, 8])
 @pytest.mark.parametrize("draft_name", ["related", "unrelated", "prompt_lookup", "ngram"])
-def test_greedy_speculative_equals_greedy_autoregressive(models, k, draft_name):
+def test_greedy_speculative_equals_greedy_autoregressive(models, k, draft_name, strategy):
     target, related, unrelated = models
     rng = np.random.RandomState(0)
     draft = {"related": related, "unrelated": unrelated, "prompt_lookup": PromptLookup(3),
              "ngram": NGram(np.log(rng.dirichlet(np.ones(VOCAB), size=VOCAB)))}[draft_name]
     greedy = tfspec.Sampling(temperature=0.0)
-    ar = tfspec.generate(target, PROMPTS, max_new_tokens=16, sampling=greedy, eos_id=None)
-    spec = tfspec.generate(target, PROMPTS, draft=draft, k=k, max_new_tokens=16,
+    ar = _generate(strategy, target, PROMPTS, max_new_tokens=16, sampling=greedy, eos_id=None)
+    spec = _generate(strategy, target, PROMPTS, draft=draft, k=k, max_new_tokens=16,
                            sampling=greedy, eos_id=None)
     np.testing.assert_array_equal(spec.tokens, ar.tokens)
     assert spec.stats.drafted.sum() > 0
 
 
-def test_sampled_t5_pair_runs_and_is_deterministic(models):
+def test_sampled_t5_pair_runs_and_is_deterministic(models, strategy):
     target, related, _ = models
-    run = lambda: tfspec.generate(target, PROMPTS, draft=related, k=3, max_new_tokens=12,
+    run = lambda: _generate(strategy, target, PROMPTS, draft=related, k=3, max_new_tokens=12,
                                   sampling=tfspec.Sampling(0.8, top_p=0.9), seed=3)
     first, second = run(), run()
     np.testing.assert_array_equal(first.tokens, second.tokens)
@@ -55,12 +64,12 @@ def test_sampled_t5_pair_runs_and_is_deterministic(models):
     assert (first.lengths >= 1).all()
 
 
-def test_t5_row_alone_equals_row_in_batch(models):
+def test_t5_row_alone_equals_row_in_batch(models, strategy):
     target, related, _ = models
     kwargs = dict(draft=related, k=2, max_new_tokens=10, sampling=tfspec.Sampling(1.0),
                   seed=5)
-    batch = tfspec.generate(target, PROMPTS, row_keys=[7, 8, 9, 10], **kwargs)
-    alone = tfspec.generate(target, [PROMPTS[3]], row_keys=[10], **kwargs)
+    batch = _generate(strategy, target, PROMPTS, row_keys=[7, 8, 9, 10], **kwargs)
+    alone = _generate(strategy, target, [PROMPTS[3]], row_keys=[10], **kwargs)
     np.testing.assert_array_equal(alone.tokens[0], batch.tokens[3])
 
 
@@ -73,15 +82,15 @@ MAX_NEW = 16
 
 
 @pytest.mark.parametrize("k", [1, 3, 8])
-def test_greedy_draft_equal_to_target_accepts_every_draft(models, k):
+def test_greedy_draft_equal_to_target_accepts_every_draft(models, k, strategy):
     """Greedy, batch of 4 mixed-length prompts, draft is the target object itself: the
     tokens equal greedy autoregressive decoding and every row takes exactly
     ceil(MAX_NEW / (k + 1)) rounds with every draft accepted."""
     target = models[0]
     greedy = tfspec.Sampling(temperature=0.0)
-    ar = tfspec.generate(target, PROMPTS, max_new_tokens=MAX_NEW, sampling=greedy,
+    ar = _generate(strategy, target, PROMPTS, max_new_tokens=MAX_NEW, sampling=greedy,
                          eos_id=None)
-    spec = tfspec.generate(target, PROMPTS, draft=target, k=k, max_new_tokens=MAX_NEW,
+    spec = _generate(strategy, target, PROMPTS, draft=target, k=k, max_new_tokens=MAX_NEW,
                            sampling=greedy, eos_id=None)
     np.testing.assert_array_equal(spec.tokens, ar.tokens)
     assert spec.stats.acceptance_rate == 1.0
@@ -90,16 +99,32 @@ def test_greedy_draft_equal_to_target_accepts_every_draft(models, k):
 
 
 @pytest.mark.parametrize("k", [1, 4])
-def test_sampled_draft_equal_to_target_accepts_every_draft(models, k):
+def test_sampled_draft_equal_to_target_accepts_every_draft(models, k, strategy):
     """Temperature 1, draft is the target object itself: p / q = 1 for every draft, so the
     rule accepts every one of them. Sampling is more sensitive than greedy: any change of
     the draft's distribution (e.g. a catch-up that skips a position) lowers acceptance,
     whereas greedy only notices when the argmax moves."""
     target = models[0]
     prompts = PROMPTS * 2
-    spec = tfspec.generate(target, prompts, draft=target, k=k, max_new_tokens=MAX_NEW,
+    spec = _generate(strategy, target, prompts, draft=target, k=k, max_new_tokens=MAX_NEW,
                            sampling=tfspec.Sampling(temperature=1.0), seed=4,
                            row_keys=range(len(prompts)), eos_id=None)
     assert spec.stats.acceptance_rate == 1.0
     np.testing.assert_array_equal(spec.stats.rounds, math.ceil(MAX_NEW / (k + 1)))
     np.testing.assert_array_equal(spec.lengths, MAX_NEW)
+
+
+@pytest.mark.strategies
+def test_greedy_parity_and_full_acceptance_under_every_strategy(models, strategy):
+    """The CI part of the strategy matrix (default and mirrored over two CPU devices): with
+    the batch split across replicas, a draft equal to the target gives the greedy
+    autoregressive tokens and accepts every draft (which needs a correct draft catch-up on
+    every replica). Two compiled loops only, to keep CI short."""
+    target = models[0]
+    greedy = tfspec.Sampling(temperature=0.0)
+    kwargs = dict(max_new_tokens=MAX_NEW, sampling=greedy, eos_id=None)
+    ar = _generate(strategy, target, PROMPTS, **kwargs)
+    same = _generate(strategy, target, PROMPTS, draft=target, k=3, **kwargs)
+    np.testing.assert_array_equal(same.tokens, ar.tokens)
+    np.testing.assert_array_equal(same.stats.accepted, same.stats.drafted)
+    np.testing.assert_array_equal(same.stats.rounds, math.ceil(MAX_NEW / 4))

@@ -32,8 +32,9 @@ import pytest
 
 import tfspec
 from tfspec.models import T5, T5Config
-from tests.tfspec import exact_reference as ref
-from tests.tfspec import wrong_rules
+from tfspec import testing
+from tfspec.testing import exact_reference as ref
+from tfspec.testing import wrong_rules
 
 VOCAB = 5
 LENGTH = 5
@@ -76,14 +77,15 @@ def _config(d_model):
 
 
 @pytest.fixture(scope="module")
-def models():
-    """(target, draft): different widths and seeds."""
-    target = T5(_config(16), seed=1)
-    weights = target.hf_weight_map()  # Checkpoint names: independent of the layout.
-    for name, gain in TARGET_GAINS.items():
-        variable, _ = weights[name]
-        variable.assign(variable * gain)
-    draft = T5(_config(8), seed=11)
+def models(strategy):
+    """(target, draft): different widths and seeds, in the test's strategy scope."""
+    with strategy.scope():
+        target = T5(_config(16), seed=1)
+        weights = target.hf_weight_map()  # Checkpoint names: independent of the layout.
+        for name, gain in TARGET_GAINS.items():
+            variable, _ = weights[name]
+            variable.assign(variable * gain)
+        draft = T5(_config(8), seed=11)
     return target, draft
 
 
@@ -117,7 +119,7 @@ def _expected(table, sampling):
                                       sampling.top_k, sampling.top_p)
 
 
-def _decode(target, draft, k, sampling, batch, calls, **overrides):
+def _decode(strategy, target, draft, k, sampling, batch, calls, **overrides):
     """Pooled rows of `calls` generate() calls of `batch` rows, each row its own key.
 
     Returns:
@@ -125,10 +127,12 @@ def _decode(target, draft, k, sampling, batch, calls, **overrides):
     """
     tokens, lengths, stats = [], [], []
     for call in range(calls):
-        gen = tfspec.generate(target, [PROMPT] * batch, draft=draft, k=k,
-                              max_new_tokens=LENGTH, sampling=sampling, seed=1, eos_id=None,
-                              row_keys=np.arange(call * batch, (call + 1) * batch),
-                              **overrides)
+        # Replaced rules (power checks) reach the loop only through tfspec.testing.
+        generate = testing.generate_with_rules if overrides else tfspec.generate
+        gen = generate(target, [PROMPT] * batch, draft=draft, k=k, max_new_tokens=LENGTH,
+                       sampling=sampling, seed=1, eos_id=None,
+                       row_keys=np.arange(call * batch, (call + 1) * batch),
+                       strategy=strategy, **overrides)
         tokens.append(gen.tokens)
         lengths.append(gen.lengths)
         stats.append(gen.stats)
@@ -172,7 +176,7 @@ def test_models_are_random_different_and_read_their_history(tables):
                          ids=[f"{name}-k{k}-batch{LAYOUTS[name, k][0]}"
                               for name, k in LAYOUTS])
 def test_speculative_t5_matches_uncached_target_distribution(models, tables, sampling_name,
-                                                            k):
+                                                            k, strategy):
     """Cached speculative rows follow the exact law of the uncached target.
 
     Covers the target's rollback (stale entries of rejected drafts, overwritten later),
@@ -181,7 +185,7 @@ def test_speculative_t5_matches_uncached_target_distribution(models, tables, sam
     target, draft = models
     sampling = SAMPLINGS[sampling_name]
     batch, calls = LAYOUTS[sampling_name, k]
-    tokens, lengths, stats = _decode(target, draft, k, sampling, batch, calls)
+    tokens, lengths, stats = _decode(strategy, target, draft, k, sampling, batch, calls)
     assert (lengths == LENGTH).all()
     pvalue = _pvalue(tokens, lengths, tables[0], sampling)
     assert pvalue > P_MIN, f"p = {pvalue:.2e}"
@@ -197,7 +201,7 @@ def test_speculative_t5_matches_uncached_target_distribution(models, tables, sam
 
 
 @pytest.mark.parametrize("wrong", ["inverted_ratio", "forgetful_cache"])
-def test_power_wrong_rules_are_rejected(models, tables, wrong):
+def test_power_wrong_rules_are_rejected(models, tables, wrong, strategy):
     """The same G-test rejects a wrong acceptance rule and a target that drops the cache
     entries of accepted drafts (`wrong_rules.ForgetfulCache`)."""
     target, draft = models
@@ -207,6 +211,6 @@ def test_power_wrong_rules_are_rejected(models, tables, wrong):
     else:
         target = wrong_rules.ForgetfulCache(target)
     sampling = SAMPLINGS["t1"]
-    tokens, lengths, _ = _decode(target, draft, 2, sampling, 6000, 1, **overrides)
+    tokens, lengths, _ = _decode(strategy, target, draft, 2, sampling, 6000, 1, **overrides)
     pvalue = _pvalue(tokens, lengths, tables[0], sampling)
     assert pvalue < P_MIN, f"wrong rule {wrong} not detected (p = {pvalue:.3g})"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tfspec import tokenizer as tokenizer_lib
-from tfspec.data import code_corpus
-from tfspec.data import spm_training
+from recipes.tiny_code import corpus as code_corpus
+from recipes.tiny_code import tokenizer_training as spm_training
 from tfspec.tokenizer import Tokenizer, check_vocab, load_tokenizer
 
 TRICKY = [

@@ -12,7 +12,7 @@ import pytest
 
 import tfspec
 from tfspec import checkpoints
-from tfspec.data import code_corpus
+from recipes.tiny_code import corpus as code_corpus
 from tfspec.tokenizer import load_tokenizer
 
 ZOO_DIR = os.path.join(os.path.dirname(tfspec.__file__), "zoo")

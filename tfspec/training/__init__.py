@@ -1,4 +1,4 @@
-"""Training recipes for T5 targets and distilled drafts (see `python -m tfspec.train`).
+"""Training T5 targets and distilled drafts (used by `python -m recipes.tiny_code.train`).
 
 Modules: `examples` (tokenized multitask examples, fixed-shape bucketed batches), `losses`
 (label cross-entropy), `distill` (the draft's KL-to-target loss), `optim` (AdamW + warm-up

@@ -1,6 +1,6 @@
 """Multitask tokenized examples and fixed-shape batches for training T5 on the code corpus.
 
-Two tasks, both from `tfspec.data.code_corpus`:
+Two tasks, both from a code corpus (e.g. `recipes.tiny_code.corpus`):
 
 - **completion**: encoder input = the prompt text *as is* (imports + signature + docstring,
   exactly what HumanEval feeds at evaluation time, so no task prefix); target = the body + EOS.
@@ -135,7 +135,7 @@ def make_examples(corpus, tokenizer, split: str, tasks: Sequence[str] = TASKS,
     """Tokenizes a split of a `CodeCorpus` for the given tasks.
 
     Args:
-      corpus: a `tfspec.data.code_corpus.CodeCorpus` (or anything with `completion(split)`
+      corpus: a `recipes.tiny_code.corpus.CodeCorpus` (or anything with `completion(split)`
         and `docsum(split)` returning lists of dicts).
       tokenizer: a `tfspec.Tokenizer`.
       split: "train" or "validation".

@@ -1,6 +1,6 @@
 """The export stage: ship the trained pair to the zoo, measure it, write the model cards.
 
-    export_pair(config, workdir, zoo_dir)
+    export_pair(config, workdir, zoo_dir, data)
 
 writes `ZOO_DIR/<target name>/` and `ZOO_DIR/<draft name>/` in the common checkpoint layout
 (`config.json`, bfloat16 `model.safetensors`, `spiece.model`) plus a `MODEL_CARD.md` each,
@@ -136,7 +136,7 @@ def _model_card(name: str, role: str, info: Dict[str, Any], done: Dict[str, Any]
         "",
         "## Data",
         "",
-        "`tfspec.data.code_corpus`: functions with docstrings mined with `ast` from the Python "
+        "`recipes.tiny_code.corpus`: functions with docstrings mined with `ast` from the Python "
         f"{platform.python_version()} standard library and these installed packages: "
         f"{', '.join(config.data.extra_packages) or 'none'} (test directories skipped; "
         "deduplicated by body AST; anything resembling a HumanEval problem excluded; "
@@ -220,7 +220,7 @@ def _model_card(name: str, role: str, info: Dict[str, Any], done: Dict[str, Any]
         "## Reproduce",
         "",
         "```",
-        "python -m tfspec.train --config configs/zoo_tiny_code.py --stage all",
+        "python -m recipes.tiny_code.train --config configs/zoo_tiny_code.py --stage all",
         "```",
         "",
         "Resumable: re-running the same command continues from the last checkpoint "
@@ -230,15 +230,15 @@ def _model_card(name: str, role: str, info: Dict[str, Any], done: Dict[str, Any]
     return "\n".join(lines)
 
 
-def export_pair(config, workdir: str, zoo_dir: str = None, data=None,
+def export_pair(config, workdir: str, zoo_dir: str, data: "stages.Data",
                 measure_speed: bool = True) -> Dict[str, Any]:
     """Exports the trained target and draft, measures them, writes cards and metrics.
 
     Args:
       config: the recipe.
       workdir: the recipe's workdir (both training stages finished).
-      zoo_dir: parent of the exported model directories; default `tfspec/zoo`.
-      data: `stages.Data` (loaded when None).
+      zoo_dir: parent of the exported model directories; None = `tfspec/zoo`.
+      data: the recipe's `stages.Data`.
       measure_speed: also time batch-1 decoding (skipped in tests).
 
     Returns:
@@ -253,7 +253,6 @@ def export_pair(config, workdir: str, zoo_dir: str = None, data=None,
             raise RuntimeError(f"The {role} stage in {stages.stage_dir(workdir, role)} has "
                                "not finished; run --stage all.")
     zoo_dir = os.fspath(zoo_dir or checkpoints.ZOO_DIR)
-    data = data or stages.load_data(config)
     export = config.export
     names = {stages.TARGET: export.target_name, stages.DRAFT: export.draft_name}
     spm = stages.tokenizer_path(config)

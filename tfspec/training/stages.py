@@ -1,6 +1,7 @@
-"""The stages of a training recipe: data, target, draft (the export stage is in export.py).
+"""The stages of a training recipe: target, draft (the export stage is in export.py).
 
-A recipe is an `ml_collections.ConfigDict` (see `configs/zoo_tiny_code.py`) and a workdir:
+A recipe is an `ml_collections.ConfigDict` (see `configs/zoo_tiny_code.py`), its tokenized
+`Data` (built by the recipe, e.g. `recipes.tiny_code.data.load_data`) and a workdir:
 
     WORKDIR/target/   Trainer outputs of the target (label cross-entropy)
     WORKDIR/draft/    Trainer outputs of the draft (distillation from the frozen target)
@@ -10,7 +11,6 @@ Every stage is resumable and skipped once its `DONE.json` exists (see `trainer.T
 """
 
 import dataclasses
-import importlib.util
 import json
 import os
 import sys
@@ -19,7 +19,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from tfspec import tokenizer as tokenizer_lib
-from tfspec.data import code_corpus
 from tfspec.models import T5, T5Config
 from tfspec.training import distill
 from tfspec.training import examples as examples_lib
@@ -39,7 +38,8 @@ class Data:
 
     Attributes:
       tokenizer: the `tfspec.Tokenizer`.
-      corpus: the `CodeCorpus`.
+      corpus: the source records: `completion(split)` / `docsum(split)` lists and a
+        `manifest` dict (e.g. `recipes.tiny_code.corpus.CodeCorpus`).
       train, validation: lists of `Example`.
       corpus_roots: directories the corpus was mined from.
     """
@@ -51,35 +51,8 @@ class Data:
     corpus_roots: Tuple[str, ...]
 
 
-def package_root(name: str) -> str:
-    """The source directory of an installed Python package (e.g. "numpy")."""
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"Package {name!r} (a corpus source in the config) is not "
-                                "installed; install it or remove it from "
-                                "data.extra_packages.")
-    return os.path.realpath(list(spec.submodule_search_locations)[0])
-
-
 def tokenizer_path(config) -> str:
     return config.data.get("tokenizer") or tokenizer_lib.TINY_CODE_TOKENIZER
-
-
-def load_data(config) -> Data:
-    """Builds (or loads from cache) the corpus and tokenizes both splits."""
-    data = config.data
-    extra = tuple(package_root(p) for p in data.extra_packages)
-    corpus = code_corpus.build_corpus(seed=data.corpus_seed, extra_roots=extra)
-    tokenizer = tokenizer_lib.load_tokenizer(tokenizer_path(config))
-    kwargs = dict(tasks=tuple(data.tasks), max_encoder_length=data.max_encoder_length,
-                  max_target_length=data.max_target_length)
-    train = examples_lib.make_examples(corpus, tokenizer, "train", limit=data.get("limit"),
-                                       **kwargs)
-    validation = examples_lib.make_examples(corpus, tokenizer, "validation",
-                                            limit=data.get("validation_limit"), **kwargs)
-    roots = tuple(corpus.manifest.get("config", {}).get("roots", ())) or (
-        code_corpus.default_roots() + extra)
-    return Data(tokenizer, corpus, train, validation, roots)
 
 
 def batches(config, examples: Sequence[examples_lib.Example], train: bool,
@@ -177,10 +150,9 @@ def load_trained(config, workdir: str, role: str, weights: str = "best") -> T5:
     return model
 
 
-def train_target(config, workdir: str, data: Optional[Data] = None,
-                 max_steps: Optional[int] = None, progress: bool = True) -> Dict[str, Any]:
+def train_target(config, workdir: str, data: Data, max_steps: Optional[int] = None,
+                 progress: bool = True) -> Dict[str, Any]:
     """Trains the target on the label cross-entropy of both tasks; returns the summary."""
-    data = data or load_data(config)
     model = build_model(config, TARGET)
     _write_stage_info(config, workdir, TARGET, model, data)
     trainer = _trainer(config, workdir, TARGET, model, losses.LabelObjective(), data,
@@ -188,13 +160,12 @@ def train_target(config, workdir: str, data: Optional[Data] = None,
     return trainer.run()
 
 
-def train_draft(config, workdir: str, data: Optional[Data] = None,
-                max_steps: Optional[int] = None, progress: bool = True) -> Dict[str, Any]:
+def train_draft(config, workdir: str, data: Data, max_steps: Optional[int] = None,
+                progress: bool = True) -> Dict[str, Any]:
     """Distills the draft from the finished target (KL + label term); returns the summary."""
     if not trainer_lib.is_done(stage_dir(workdir, TARGET)):
         raise RuntimeError(f"The target stage in {stage_dir(workdir, TARGET)} has not "
                            "finished; run --stage target first (or --stage all).")
-    data = data or load_data(config)
     target = load_trained(config, workdir, TARGET, config.export.weights)
     target.trainable = False
     model = build_model(config, DRAFT)

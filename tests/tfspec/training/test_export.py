@@ -1,4 +1,4 @@
-"""Tests of the export stage and of `python -m tfspec.train` end to end on tiny shapes."""
+"""Tests of the export stage and of `python -m recipes.tiny_code.train` end to end on tiny shapes."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from tfspec import checkpoints
 from tfspec.tokenizer import TINY_CODE_TOKENIZER, load_tokenizer
-from tfspec.train import load_config
+from recipes.tiny_code.train import load_config
 from tfspec.training import examples as examples_lib, export, stages
 
 from tests.tfspec.training.tiny_data import fake_corpus

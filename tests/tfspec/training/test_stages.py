@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tfspec.models import T5Config
-from tfspec.train import load_config
+from recipes.tiny_code.train import load_config
 from tfspec.training import stages
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs",

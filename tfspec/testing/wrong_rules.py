@@ -2,7 +2,8 @@
 
 A statistical test that passes the real loop proves little unless the same test, with the
 same rows, rejects a loop that is subtly wrong. Each item below breaks exactness in one
-specific way; the tests feed it through `tfspec.generate` and require p < 1e-3.
+specific way; the tests feed it through `tfspec.testing.generate_with_rules` (or, for a
+wrong model, `tfspec.generate`) and require p < 1e-3.
 """
 
 import tensorflow as tf

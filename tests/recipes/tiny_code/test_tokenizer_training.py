@@ -1,4 +1,5 @@
-"""Tests for tfspec.data.spm_training: the lossless recipe, determinism, the shipped model."""
+"""Tests of recipes.tiny_code.tokenizer_training: the lossless recipe, determinism, the
+shipped model."""
 
 import hashlib
 import json
@@ -8,8 +9,8 @@ import sys
 import pytest
 
 from tfspec import tokenizer as tokenizer_lib
-from tfspec.data import code_corpus
-from tfspec.data import spm_training
+from recipes.tiny_code import corpus as corpus_lib
+from recipes.tiny_code import tokenizer_training as spm_training
 
 _TEXTS = [
     f"def f{i}(x, y={i}):\n    \"\"\"Adds {i}.\"\"\"\n    if x:\n        return x + y\n"
@@ -88,12 +89,12 @@ def test_shipped_tokenizer_provenance():
     assert info["vocab_size"] == tokenizer_lib.Tokenizer(path).vocab_size == 8192
     assert info["validation"]["round_trip_mismatches"] == 0
     assert info["trainer_options"] == spm_training.TRAINER_OPTIONS
-    corpus = code_corpus.build_corpus()
+    corpus = corpus_lib.build_corpus()
     if corpus.manifest["source_fingerprint"] != info["corpus"]["source_fingerprint"]:
         pytest.skip(f"the tokenizer was trained on another standard library (Python "
                     f"{info['corpus']['python_version']}), this is {sys.version.split()[0]}")
     # Same standard library: today's corpus must be the one the tokenizer was trained on, so
-    # that `python -m tfspec.data.spm_training` re-creates the shipped model.
+    # that `python -m recipes.tiny_code.tokenizer_training` re-creates the shipped model.
     for name, sha in info["corpus"]["train_sha256"].items():
         assert corpus.manifest["sha256"][name] == sha, (
             f"{name} changed since the shipped tokenizer was trained; retrain it (and the zoo "

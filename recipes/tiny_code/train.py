@@ -1,8 +1,8 @@
-"""Command line of the training recipes: `python -m tfspec.train --config FILE [...]`.
+"""Command line of the tiny-code recipe: `python -m recipes.tiny_code.train --config FILE`.
 
-    python -m tfspec.train --config configs/zoo_tiny_code.py --stage all
-    python -m tfspec.train --config configs/zoo_tiny_code.py:smoke --workdir /tmp/smoke \\
-        --max_steps 20 --zoo_dir /tmp/smoke/zoo
+    python -m recipes.tiny_code.train --config configs/zoo_tiny_code.py --stage all
+    python -m recipes.tiny_code.train --config configs/zoo_tiny_code.py:smoke \\
+        --workdir /tmp/smoke --max_steps 20 --zoo_dir /tmp/smoke/zoo
 
 `--config FILE[:ARG]` names a Python file whose `get_config(ARG)` returns an
 `ml_collections.ConfigDict`; `--set key.path=VALUE` overrides fields (VALUE is a Python
@@ -12,11 +12,12 @@ acceptance), `all` (those three in order, skipping finished ones). Every stage r
 its last checkpoint, so after an interruption re-run the same command.
 """
 
-import argparse
 import ast
 import importlib.util
 import json
 import os
+
+from evals import cli  # The convention of every entry point (no TensorFlow).
 
 
 def load_config(spec: str, overrides=()):
@@ -56,35 +57,8 @@ class _null:
         return False
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter,
-                    argparse.RawDescriptionHelpFormatter):
-    """Defaults in the help (unless None or empty: the help says what happens), the
-    description's line breaks kept (as `evals.cli`)."""
-
-    def _get_help_string(self, action):
-        if action.default is None or action.default in ("", []):
-            return action.help
-        return super()._get_help_string(action)
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """The command-line convention of every entry point (`evals.cli`, which the library may
-    not import): `-h`/`--help` exit 0 with defaults shown, no abbreviations, and a bad flag
-    is one line on stderr with exit status 2."""
-
-    def __init__(self, prog: str, description: str):
-        super().__init__(prog=prog, description=description, formatter_class=HelpFormatter,
-                         allow_abbrev=False)
-        self.add_argument("--verbose", action="store_true",
-                          help="show TensorFlow's native (C++) logs (same as "
-                               "TFSPEC_VERBOSE=1)")
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def parse_args(argv=None):
-    parser = ArgumentParser("python -m tfspec.train", __doc__)
+    parser = cli.ArgumentParser("python -m recipes.tiny_code.train", __doc__)
     parser.add_argument("--config", required=True, help="FILE[:ARG] with get_config(ARG).")
     parser.add_argument("--workdir", default=None,
                         help="Checkpoints and logs (default: the config's workdir).")
@@ -108,24 +82,25 @@ def main(argv=None):
     import tfspec  # noqa: F401  pylint: disable=unused-import
     import tensorflow as tf
 
+    from recipes.tiny_code import data as data_lib
     from tfspec.training import export, stages
     tf.get_logger().setLevel("ERROR")  # Bucketed shapes retrace on purpose; no warnings.
 
     config = stages.validate_config(load_config(args.config, args.set))
     workdir = os.path.abspath(os.path.expanduser(args.workdir or config.workdir))
     os.makedirs(workdir, exist_ok=True)
-    stages.log(f"[tfspec.train] workdir {workdir}, stage {args.stage}")
+    stages.log(f"[train] workdir {workdir}, stage {args.stage}")
     wanted = stages.STAGES if args.stage == "all" else (args.stage,)
     data = None
     results = {}
     for stage in wanted:
         if args.stage == "all" and stages.stage_done(workdir, stage, args.max_steps,
                                                      config):
-            stages.log(f"[tfspec.train] stage {stage}: already done, skipped")
+            stages.log(f"[train] stage {stage}: already done, skipped")
             continue
         if data is None:
-            data = stages.load_data(config)
-            stages.log(f"[tfspec.train] data: {len(data.train)} train / "
+            data = data_lib.load_data(config)
+            stages.log(f"[train] data: {len(data.train)} train / "
                        f"{len(data.validation)} validation examples")
         if stage == stages.TARGET:
             results[stage] = stages.train_target(config, workdir, data, args.max_steps,
@@ -135,7 +110,7 @@ def main(argv=None):
                                                 progress=not args.no_progress)
         else:
             results[stage] = export.export_pair(config, workdir, args.zoo_dir, data)
-        stages.log(f"[tfspec.train] stage {stage} done: "
+        stages.log(f"[train] stage {stage} done: "
                    f"{json.dumps(results[stage], default=str)[:2000]}")
     return results
 

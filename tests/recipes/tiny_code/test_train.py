@@ -1,16 +1,18 @@
-"""Tests of the `python -m tfspec.train` command line on a tiny recipe."""
+"""Tests of the `python -m recipes.tiny_code.train` command line on a tiny recipe."""
 
 import os
 
 import pytest
 
 from tfspec.tokenizer import TINY_CODE_TOKENIZER, load_tokenizer
-from tfspec.train import load_config, main, parse_args
+from recipes.tiny_code import data as data_lib
+from recipes.tiny_code.train import load_config, main, parse_args
 from tfspec.training import examples as examples_lib, stages, trainer as trainer_lib
 
 from tests.tfspec.training.tiny_data import fake_corpus
 
-CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "zoo_tiny_code.py")
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs",
+                      "zoo_tiny_code.py")
 FLAGS = ["--no_progress", "--set", "target.warmup_steps=1", "--set", "draft.warmup_steps=1",
          "--set", "target.eval_every=0", "--set", "draft.eval_every=0",
          "--set", "export.num_prompts=2", "--set", "export.max_new_tokens=3",
@@ -19,7 +21,7 @@ FLAGS = ["--no_progress", "--set", "target.warmup_steps=1", "--set", "draft.warm
 
 @pytest.fixture
 def tiny_data(monkeypatch):
-    """`stages.load_data` on a 4-function fake corpus (no corpus build in tests)."""
+    """`data.load_data` on a 4-function fake corpus (no corpus build in tests)."""
     config = load_config(CONFIG + ":smoke")
     corpus = fake_corpus(n=4)
     tokenizer = load_tokenizer(TINY_CODE_TOKENIZER)
@@ -29,7 +31,7 @@ def tiny_data(monkeypatch):
                        examples_lib.make_examples(corpus, tokenizer, "train", **kwargs),
                        examples_lib.make_examples(corpus, tokenizer, "validation", **kwargs),
                        ("fake",))
-    monkeypatch.setattr(stages, "load_data", lambda _: data)
+    monkeypatch.setattr(data_lib, "load_data", lambda _: data)
     return data
 
 

@@ -1,4 +1,4 @@
-"""Training SentencePiece tokenizers that round-trip code exactly.
+"""Training the tiny-code SentencePiece tokenizer (and others) so that it round-trips code.
 
 The recipe (`TRAINER_OPTIONS`) keeps T5's special ids (pad 0, EOS 1, UNK 2, no BOS) and makes
 the tokenizer lossless on source code:
@@ -21,7 +21,8 @@ shuffle, and it runs with a fixed (small) thread count.
 
 Command line, to re-create the shipped tokenizer from the standard library corpus:
 
-    python -m tfspec.data.spm_training --output tfspec/zoo/assets/tiny-code/spiece.model
+    python -m recipes.tiny_code.tokenizer_training \
+        --output tfspec/zoo/assets/tiny-code/spiece.model
 """
 
 import argparse
@@ -36,6 +37,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import sentencepiece as spm
 
+from recipes.tiny_code import corpus as corpus_lib
 from tfspec import tokenizer as tokenizer_lib
 
 # Options shared by every tokenizer the project trains (see the module docstring).
@@ -190,8 +192,7 @@ def train_code_tokenizer(output: str, corpus=None, vocab_size: int = 8192, seed:
     Returns:
       The provenance dict written to `spiece.json`.
     """
-    from tfspec.data import code_corpus  # pylint: disable=import-outside-toplevel
-    corpus = corpus if corpus is not None else code_corpus.build_corpus()
+    corpus = corpus if corpus is not None else corpus_lib.build_corpus()
     start = time.time()
     train_sentencepiece(corpus.text_for_tokenizer(), output, vocab_size=vocab_size, seed=seed,
                         max_sentences=max_sentences, num_threads=num_threads)
@@ -228,7 +229,7 @@ def train_code_tokenizer(output: str, corpus=None, vocab_size: int = 8192, seed:
             "tokens_per_char": round(tokens_per_char(tok, validation), 4),
             "round_trip_mismatches": mismatches,
         },
-        "command": "python -m tfspec.data.spm_training --output " + output,
+        "command": "python -m recipes.tiny_code.tokenizer_training --output " + output,
     }
     with open(os.path.join(os.path.dirname(os.path.abspath(output)), "spiece.json"), "w",
               encoding="utf-8") as f:

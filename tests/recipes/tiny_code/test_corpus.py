@@ -1,4 +1,5 @@
-"""Tests for tfspec.data.code_corpus: extraction, dedup, splits, HumanEval exclusion, cache."""
+"""Tests of recipes.tiny_code.corpus (with its extraction and decontamination): layout,
+dedup, splits, HumanEval exclusion, cache."""
 
 import ast
 import json
@@ -7,7 +8,9 @@ import textwrap
 
 import pytest
 
-from tfspec.data import code_corpus
+from recipes.tiny_code import corpus as corpus_lib
+from recipes.tiny_code import decontamination
+from recipes.tiny_code import extraction
 
 # A small package: imports (absolute, relative, guarded), a method, a nested function,
 # trivial and undocumented functions, a duplicate body, and a test directory to skip.
@@ -89,7 +92,7 @@ _BROKEN = "def broken(:\n    pass\n"
 
 
 def _humaneval_problem(task_id="HumanEval/0"):
-    problems = {p["task_id"]: p for p in code_corpus.read_humaneval()}
+    problems = {p["task_id"]: p for p in decontamination.read_humaneval()}
     return problems[task_id]
 
 
@@ -129,24 +132,16 @@ def src_root(tmp_path):
 def _build(root, cache, **kwargs):
     kwargs.setdefault("validation_fraction", 0.3)
     kwargs.setdefault("seed", 0)
-    return code_corpus.build_corpus([root], cache_dir=str(cache), **kwargs)
+    return corpus_lib.build_corpus([root], cache_dir=str(cache), **kwargs)
 
 
 def _ids(corpus, kind="completion"):
     get = corpus.completion if kind == "completion" else corpus.docsum
-    return {s: [r["id"] for r in get(s)] for s in code_corpus.SPLITS}
+    return {s: [r["id"] for r in get(s)] for s in corpus_lib.SPLITS}
 
 
 def _by_id(corpus):
-    return {r["id"]: r for s in code_corpus.SPLITS for r in corpus.completion(s)}
-
-
-def test_humaneval_data_is_shipped_offline():
-    path = code_corpus.humaneval_path()
-    assert os.path.isfile(path) and path.endswith("HumanEval.jsonl.gz")
-    problems = code_corpus.read_humaneval()
-    assert len(problems) == 164
-    assert {"prompt", "entry_point", "canonical_solution"} <= set(problems[0])
+    return {r["id"]: r for s in corpus_lib.SPLITS for r in corpus.completion(s)}
 
 
 def test_extraction_prompt_completion_layout(src_root, tmp_path):
@@ -218,19 +213,11 @@ def test_planted_humaneval_functions_are_excluded(src_root, tmp_path):
     assert report["details"]["planted_renamed.pairs_near"]["task_id"] == "HumanEval/0"
     assert set(report["excluded"]) >= {f"planted_exact.{entry}", "planted_renamed.pairs_near"}
     assert report["humaneval_problems"] == 164 and report["checked"] > 60
-    ids = set(_by_id(corpus)) | {r["id"] for s in code_corpus.SPLITS for r in corpus.docsum(s)}
+    ids = set(_by_id(corpus)) | {r["id"] for s in corpus_lib.SPLITS for r in corpus.docsum(s)}
     assert not ids & set(report["excluded"])
     # With the exclusion off, both are kept: the test above is not vacuous.
     kept = set(_by_id(_build(src_root, tmp_path / "cache2", exclude_humaneval=False)))
     assert {f"planted_exact.{entry}", "planted_renamed.pairs_near"} <= kept
-
-
-def test_matcher_rules():
-    matcher = code_corpus.HumanEvalMatcher(code_corpus.read_humaneval(), shingle_size=10)
-    p = _humaneval_problem("HumanEval/12")
-    assert matcher.match(p["entry_point"], "")["rule"] == "entry_point"
-    assert matcher.match("other", p["canonical_solution"])["rule"] == "shingle"
-    assert matcher.match("other", "def g(a):\n    return sorted(set(a), key=str)[::-1]\n") is None
 
 
 def test_build_is_deterministic_and_cached(src_root, tmp_path, monkeypatch):
@@ -244,7 +231,7 @@ def test_build_is_deterministic_and_cached(src_root, tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("rebuilt although cached")
 
-    monkeypatch.setattr(code_corpus, "_collect", fail)
+    monkeypatch.setattr(corpus_lib, "_collect", fail)
     again = _build(src_root, tmp_path / "a")
     assert again.directory == a.directory
     # Another config is another cache entry.
@@ -255,7 +242,7 @@ def test_build_is_deterministic_and_cached(src_root, tmp_path, monkeypatch):
 
 def test_cache_root_from_env(src_root, tmp_path, monkeypatch):
     monkeypatch.setenv("TFSPEC_CACHE", str(tmp_path / "envcache"))
-    corpus = code_corpus.build_corpus([src_root], validation_fraction=0.3)
+    corpus = corpus_lib.build_corpus([src_root], validation_fraction=0.3)
     assert corpus.directory.startswith(str(tmp_path / "envcache" / "code_corpus"))
     assert os.path.isfile(os.path.join(corpus.directory, "manifest.json"))
 
@@ -265,11 +252,11 @@ def test_splits_disjoint_and_stable_when_corpus_grows(src_root, tmp_path):
     ids = _ids(corpus)
     assert ids["train"] and ids["validation"]
     assert not set(ids["train"]) & set(ids["validation"])
-    hashes = {s: {hash(r["completion"]) for r in corpus.completion(s)} for s in code_corpus.SPLITS}
+    hashes = {s: {hash(r["completion"]) for r in corpus.completion(s)} for s in corpus_lib.SPLITS}
     assert not hashes["train"] & hashes["validation"]
     assert corpus.manifest["counts"]["completion"] == {s: len(v) for s, v in ids.items()}
     # Docsum ids are a subset of completion ids, in the same split.
-    for split, rows in ((s, corpus.docsum(s)) for s in code_corpus.SPLITS):
+    for split, rows in ((s, corpus.docsum(s)) for s in corpus_lib.SPLITS):
         assert {r["id"] for r in rows} <= set(ids[split])
     # Growing the corpus does not move existing items between splits.
     _write(src_root, "zz_new.py", "".join(
@@ -277,13 +264,13 @@ def test_splits_disjoint_and_stable_when_corpus_grows(src_root, tmp_path):
     grown = _build(src_root, tmp_path / "cache")
     assert grown.directory != corpus.directory
     grown_ids = _ids(grown)
-    for split in code_corpus.SPLITS:
+    for split in corpus_lib.SPLITS:
         assert set(ids[split]) <= set(grown_ids[split])
 
 
 def test_docsum_summaries_are_one_sentence(src_root, tmp_path):
     corpus = _build(src_root, tmp_path / "cache")
-    rows = {r["id"]: r for s in code_corpus.SPLITS for r in corpus.docsum(s)}
+    rows = {r["id"]: r for s in corpus_lib.SPLITS for r in corpus.docsum(s)}
     assert rows["pkg.mod.join_all"]["summary"] == "Joins parts with os.sep."
     assert rows["pkg.mod.compress"]["summary"] == "Compresses data, e.g. bytes, with zlib."
     code = rows["pkg.mod.join_all"]["code"]
@@ -294,21 +281,9 @@ def test_docsum_summaries_are_one_sentence(src_root, tmp_path):
         assert ast.get_docstring(ast.parse(row["code"]).body[0]) is None
 
 
-@pytest.mark.parametrize("doc,expected", [
-    ("Return the thing.  More words here.", "Return the thing."),
-    ("\n    Split a string,\n    e.g. 'a b', into words.\n\n    Details.",
-     "Split a string, e.g. 'a b', into words."),
-    ("Call :func:`os.path.join` on ``parts``. Then stop.", "Call os.path.join on `parts`."),
-    ("Version 2.0 is parsed here! Next.", "Version 2.0 is parsed here!"),
-    ("No final period", "No final period"),
-])
-def test_first_sentence(doc, expected):
-    assert code_corpus.first_sentence(doc) == expected
-
-
 def test_split_of_is_a_pure_function():
-    assert code_corpus.split_of("a.b", seed=0) == code_corpus.split_of("a.b", seed=0)
-    splits = [code_corpus.split_of(f"m.f{i}") for i in range(4000)]
+    assert corpus_lib.split_of("a.b", seed=0) == corpus_lib.split_of("a.b", seed=0)
+    splits = [corpus_lib.split_of(f"m.f{i}") for i in range(4000)]
     assert 0.035 < splits.count("validation") / 4000 < 0.065
 
 
@@ -317,7 +292,7 @@ def test_unknown_split_and_missing_root(src_root, tmp_path):
     with pytest.raises(ValueError, match="split"):
         corpus.completion("test")
     with pytest.raises(FileNotFoundError, match="nope"):
-        code_corpus.build_corpus([str(tmp_path / "nope")], cache_dir=str(tmp_path / "c"))
+        corpus_lib.build_corpus([str(tmp_path / "nope")], cache_dir=str(tmp_path / "c"))
 
 
 def test_text_for_tokenizer_uses_train_only(src_root, tmp_path):
@@ -331,16 +306,16 @@ def test_text_for_tokenizer_uses_train_only(src_root, tmp_path):
 
 def test_standard_library_corpus():
     """The real corpus (cached in ~/.cache/tfspec or $TFSPEC_CACHE; ~3 s to build)."""
-    corpus = code_corpus.build_corpus()
+    corpus = corpus_lib.build_corpus()
     m = corpus.manifest
-    assert m["config"]["roots"] == list(code_corpus.default_roots())
+    assert m["config"]["roots"] == list(extraction.default_roots())
     assert m["counts"]["completion"]["train"] > 3000
     assert m["counts"]["completion"]["validation"] > 100
     assert m["counts"]["docsum"]["validation"] > 100
     report = m["humaneval_exclusion"]
     assert report["humaneval_problems"] == 164 and report["checked"] > 3000
-    entry_points = {p["entry_point"] for p in code_corpus.read_humaneval()}
-    for split in code_corpus.SPLITS:
+    entry_points = {p["entry_point"] for p in decontamination.read_humaneval()}
+    for split in corpus_lib.SPLITS:
         rows = corpus.completion(split)
         assert not {r["id"].rsplit(".", 1)[-1] for r in rows} & entry_points
         for row in rows[::25]:
