@@ -65,7 +65,6 @@ def test_docstring_gives_command_and_numbers_measured_here(path):
     name = os.path.basename(path)
     assert f"--config configs/{name}" in doc
     assert "Measured here" in doc
-    assert "DESIGN.md" not in doc  # Nothing outside the repository.
 
 
 @pytest.mark.parametrize("path", _config_files(), ids=os.path.basename)

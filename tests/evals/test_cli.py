@@ -18,14 +18,16 @@ from evals import tasks
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ENTRY_POINTS = ("evals.run", "evals.report", "evals.report_example", "bench.speedup",
                 "bench.batch", "bench.roofline", "bench.loop_overhead",
-                "bench.round_breakdown", "bench.peers", "tfspec.train", "tfspec.demo")
+                "bench.round_breakdown", "bench.peers", "bench.row_determinism",
+                "recipes.tiny_code.train", "tfspec.demo")
 # A default each program's help must show (one flag per program).
 DEFAULT_SHOWN = {
     "evals.run": "(default: 128)", "evals.report_example": "(default: runs/embedded_default)",
     "bench.speedup": "(default: 1,2,4)", "bench.batch": "(default: 4)",
     "bench.roofline": "(default:", "bench.loop_overhead": "(default: t5-base)",
     "bench.round_breakdown": "(default: 1,8)", "bench.peers": "(default: 4)",
-    "tfspec.train": "(default: all)", "tfspec.demo": "(default: 32)",
+    "bench.row_determinism": "(default: 1,2,8,32)",
+    "recipes.tiny_code.train": "(default: all)", "tfspec.demo": "(default: 32)",
 }
 
 
