@@ -93,8 +93,8 @@ def test_export_writes_loadable_bfloat16_directories_with_cards(trained):
         assert loaded.tokenizer_path.endswith("spiece.model")
     assert metrics["total_mb"] < config.export.max_total_mb
     assert [a["temperature"] for a in metrics["acceptance"]] == [0.0, 1.0]
-    for row in metrics["acceptance"]:
-        assert 0.0 <= row["acceptance_rate"] <= 1.0
+    for row in metrics["acceptance"]:  # Every round emits at least one token.
+        assert row["mean_tokens_per_round"] >= 1.0
     assert set(metrics["validation"]) == {"target_ce", "draft_ce", "kl", "overlap"}
     with open(os.path.join(workdir, "export", "metrics.json")) as f:
         assert json.load(f)["total_mb"] == pytest.approx(metrics["total_mb"])
