@@ -340,9 +340,10 @@ def test_main_command_on_the_embedded_default(tmp_path):
 def _stderr_lines(stderr):
     """Non-empty stderr lines without TensorFlow's native start-up logs and the bar."""
     noise = ("I0000", "E0000", "W0000", "WARNING: All log messages", "WARNING:root:",
-             "To enable the following instructions", "examples:")
+             "To enable the following instructions")
+    bar = re.compile(r"^[^|]*: +\d+%\|")  # "PHASE:  40%|####  | 2/6 [...]" (tqdm)
     return [row for row in stderr.replace("\r", "\n").splitlines()
-            if row.strip() and not row.startswith(noise)]
+            if row.strip() and not row.startswith(noise) and not bar.match(row)]
 
 
 @pytest.mark.parametrize("signum, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
