@@ -9,8 +9,6 @@ import logging as std_logging
 import sys
 
 from evals import cli
-from evals.orchestration import progress
-from evals.orchestration import runner
 from evals.orchestration.spec import RunSpec
 from evals.orchestration.spec import UsageError
 
@@ -22,6 +20,9 @@ def _usage_error(message) -> int:
 def run_command(spec: RunSpec, verbose: bool = False) -> int:
     """Runs `spec` with a progress display; prints the summary; returns the exit status."""
     _quiet_logs(verbose)
+    # Imported after the log filters are in place: importing Beam logs notes at import time.
+    from evals.orchestration import progress  # pylint: disable=import-outside-toplevel
+    from evals.orchestration import runner  # pylint: disable=import-outside-toplevel
     try:
         what = "checking the inputs" if spec.completions else "loading models"
         with progress.transient(f"evals.run: {what}"):

@@ -122,6 +122,8 @@ def test_dropped_models_and_their_compiled_loops_are_freed(mirrored):
     if mirrored:
         cpus = tf.config.list_logical_devices("CPU")
         strategy = tf.distribute.MirroredStrategy([d.name for d in cpus[:2]])
+    # Other tests' models (module fixtures) may hold entries in this process: count ours.
+    entries_before = len(generation._COMPILED)  # pylint: disable=protected-access
     models, loop_refs = [], []
     for i in range(1 if mirrored else 2):  # Mirrored compiles cost more: one round of 4.
         with strategy.scope() if strategy else contextlib.nullcontext():
@@ -148,7 +150,7 @@ def test_dropped_models_and_their_compiled_loops_are_freed(mirrored):
     assert (alive_models, alive_loops) == (0, 0), (
         f"{alive_models} of {len(refs)} models and {alive_loops} of {len(loop_refs)} "
         f"compiled loops still alive")
-    assert len(generation._COMPILED) == 0  # pylint: disable=protected-access
+    assert len(generation._COMPILED) == entries_before  # pylint: disable=protected-access
 
 
 def test_a_kept_target_keeps_its_loops_and_drops_those_of_a_dropped_draft():
