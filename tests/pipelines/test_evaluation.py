@@ -245,3 +245,23 @@ def test_lone_surrogates_fail_their_record_never_the_run_and_resume_gets_past(
             "passed": False, "result": "failed: ValueError: x\\ud800y"}
         assert lines[problems[3]["task_id"]]["quality"]["passed"] is True
     (out / outputs.EXAMPLES).read_bytes().decode("utf-8")  # Valid UTF-8 throughout.
+
+
+def test_a_huge_completion_is_one_record_not_the_runs_problem(tmp_path):
+    """An 8 MB completion (a passing body followed by 2 million comment lines) is carried,
+    scored in the sandbox and journaled like any other; the other records are unaffected."""
+    problems = list(humaneval.load_problems().values())[:2]
+    huge = problems[0]["canonical_solution"] + "    # padding\n" * 600_000
+    path = tmp_path / "completions.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for p, completion in ((problems[0], huge), (problems[1], "    return None\n")):
+            f.write(json.dumps({"task_id": p["task_id"], "completion": completion}) + "\n")
+    out = tmp_path / "run"
+    summary = runner.execute(runner.prepare(build_run_spec(
+        {"task": "humaneval", "completions": str(path), "limit": 2, "output_dir": str(out)})),
+        progress=False)
+    assert summary["num_failed"] == 0
+    lines = {line["id"]: line for line in tiny_models.read_lines(str(out / outputs.EXAMPLES))}
+    assert lines[problems[0]["task_id"]]["quality"]["passed"] is True
+    assert lines[problems[1]["task_id"]]["quality"]["passed"] is False
+    assert len(lines[problems[0]["task_id"]]["output"]) > 8_000_000
