@@ -15,6 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import pytest  # noqa: E402
+import tfspec  # noqa: E402,F401  First: keeps TensorFlow's native start-up logs quiet.
 import tensorflow as tf  # noqa: E402  (environment must be set first)
 
 # Logical devices can only be configured before the runtime initialises, so this runs at
