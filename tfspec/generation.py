@@ -10,6 +10,7 @@ import tensorflow as tf
 from tfspec import acceptance as acceptance_lib
 from tfspec import decoding
 from tfspec import distribute as distribute_lib
+from tfspec import kernels
 from tfspec import memory
 from tfspec import sampling as sampling_lib
 from tfspec import stats as stats_lib
@@ -149,7 +150,8 @@ def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, acce
     if jit_compile is None:  # Eager: tf.while_loop runs as a Python loop; nothing cached.
         return _loop_body(lambda: target, lambda: draft, config, accept_fn, draft_sample_fn)
     table = _COMPILED.setdefault(target, _CompiledLoops()).table(draft)
-    key = (config, jit_compile, accept_fn, draft_sample_fn)
+    # Whether few-row products use tfspec.kernels is decided when the loop is traced.
+    key = (config, jit_compile, accept_fn, draft_sample_fn, kernels.allowed())
     if key not in table:
         # Weak references: the cache entry must not keep its own keys alive. The function
         # only runs while the target is alive (it is reached through the target's entry).
@@ -272,6 +274,8 @@ def _generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128
         k=k, max_new_tokens=int(max_new_tokens), sampling=sampling,
         eos_id=None if eos_id is None else int(eos_id),
         start_id=int(getattr(target, "decoder_start_id", target.pad_id)))
+    if jit_compile:
+        _refresh_decode_panels(target, draft)
     run = _loop_fn(target, draft, config, jit_compile, accept_fn, draft_sample_fn)
     inputs = (tf.constant(prompt_ids, tf.int32), tf.constant(lengths, tf.int32),
               tf.constant(keys, tf.int64), tf.constant(seed, tf.int64))
@@ -292,6 +296,15 @@ def _generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128
         verified=out["verified"], accepted_per_position=out["accepted_per_position"],
         beta_sum=out["beta_sum"], tokens=out_lengths)
     return Generation(tokens=tokens, lengths=out_lengths, stats=stats)
+
+
+def _refresh_decode_panels(*models) -> None:
+    """Brings each model's `tfspec.kernels` panels up to date with its weights before a
+    compiled loop reads them (T5 models on CPU; other models have none)."""
+    for model in models:
+        refresh = getattr(model, "refresh_decode_panels", None)
+        if refresh is not None:
+            refresh()
 
 
 _ADOPTED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()

@@ -30,10 +30,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfspec import kernels
 from tfspec.models.t5_config import T5Config
 from tfspec.models.t5_layers import RMSNorm, T5Block, attend, normal_initializer
 
 _SUPPORTED_DTYPES = ("float32", "bfloat16")
+
+
+def _few_rows(x: tf.Tensor) -> bool:
+    """Whether a [B, W, ...] decode input has a static B * W <= `kernels.MAX_ROWS`."""
+    batch, width = x.shape[0], x.shape[1]
+    return batch is not None and width is not None and batch * width <= kernels.MAX_ROWS
 
 
 class T5Context(NamedTuple):
@@ -56,6 +63,27 @@ class T5Context(NamedTuple):
     cross_values: Tuple[tf.Tensor, ...]
     encoder_mask: tf.Tensor
     lm_head: Optional[tf.Tensor] = None
+    panels: Optional[Tuple["T5LayerPanels", ...]] = None
+    lm_head_panels: Optional[tf.Tensor] = None
+
+
+class T5LayerPanels(NamedTuple):
+    """One decoder layer's kernels in the `tfspec.kernels` panel layout (float32
+    [N / 16, K, 16] each), made once per request by `prepare` on CPU.
+
+    Few-row decode calls (autoregressive and draft steps, the k + 1-row verify) multiply
+    through these with the `tfspec.kernels.matmul` custom call instead of XLA's dot: one
+    pass over the weights for all rows (see `tfspec/kernels/__init__.py` for the why).
+    Products that share an input are side by side in one matrix, so a step makes four
+    calls per layer instead of eight.
+    """
+
+    self_qkv: tf.Tensor     # q | k | v: K = D, N = 3 * H * d_kv
+    self_out: tf.Tensor     # o: K = H * d_kv, N = D
+    cross_query: tf.Tensor  # q: K = D, N = H * d_kv
+    cross_out: tf.Tensor    # o: K = H * d_kv, N = D
+    ffn_in: tf.Tensor       # wi_0 | wi_1 (gated) or wi: K = D, N = 2 * d_ff or d_ff
+    ffn_out: tf.Tensor      # wo: K = d_ff, N = D
 
 
 class T5Cache(NamedTuple):
@@ -225,11 +253,20 @@ class T5(keras.Model):
         """
         compute = self.compute_dtype
         cross_mask = context.encoder_mask[:, None, None, :]  # [B, 1, 1, S]
+        panels = context.panels if _few_rows(x) else None
+        config = self._config
+        d_model, inner = config.d_model, config.num_heads * config.d_kv
+        ffn_width = 2 * config.d_ff if config.is_gated_act else config.d_ff
         new_keys, new_values = [], []
         for i, block in enumerate(self.decoder_blocks):
             h = block.self_attention_norm.normalize(x, compute)
-            query = block.self_attention.query(h)
-            keys, values = block.self_attention.keys_values(h)
+            if panels is not None:
+                attention = block.self_attention
+                query, keys, values = (attention.split_heads(y) for y in tf.split(
+                    kernels.matmul(h, panels[i].self_qkv, 3 * inner), 3, axis=-1))
+            else:
+                query = block.self_attention.query(h)
+                keys, values = block.self_attention.keys_values(h)
             if cache is not None:
                 # Per-row write of the window at its positions: keys [B, H, W, d_kv] go to
                 # slots (row, head, position). A scatter, not a dynamic_update_slice: rows
@@ -242,16 +279,32 @@ class T5(keras.Model):
                 new_keys.append(keys)
                 new_values.append(values)
             heads = attend(query, keys, values, bias, self_mask)
-            x = x + tf.cast(block.self_attention.project_output(heads), tf.float32)
+            if panels is not None:
+                x = x + kernels.matmul(block.self_attention.merge_heads(heads),
+                                       panels[i].self_out, d_model)
+            else:
+                x = x + tf.cast(block.self_attention.project_output(heads), tf.float32)
 
             h = block.cross_attention_norm.normalize(x, compute)
-            query = block.cross_attention.query(h)
+            if panels is not None:
+                query = block.cross_attention.split_heads(
+                    kernels.matmul(h, panels[i].cross_query, inner))
+            else:
+                query = block.cross_attention.query(h)
             heads = attend(query, context.cross_keys[i], context.cross_values[i], None,
                            cross_mask)
-            x = x + tf.cast(block.cross_attention.project_output(heads), tf.float32)
+            if panels is not None:
+                x = x + kernels.matmul(block.cross_attention.merge_heads(heads),
+                                       panels[i].cross_out, d_model)
+            else:
+                x = x + tf.cast(block.cross_attention.project_output(heads), tf.float32)
 
             h = block.ffn_norm.normalize(x, compute)
-            x = x + tf.cast(block.ffn.transform(h), tf.float32)
+            if panels is not None:
+                hidden = block.ffn.hidden(kernels.matmul(h, panels[i].ffn_in, ffn_width))
+                x = x + kernels.matmul(hidden, panels[i].ffn_out, d_model)
+            else:
+                x = x + tf.cast(block.ffn.transform(h), tf.float32)
         new_cache = None if cache is None else T5Cache(tuple(new_keys), tuple(new_values))
         return x, new_cache
 
@@ -320,11 +373,68 @@ class T5(keras.Model):
         return self.encoder_final_norm.normalize(x, compute), encoder_mask
 
     def _context(self, encoder_states: tf.Tensor, encoder_mask: tf.Tensor,
-                 with_lm_head: bool = False) -> T5Context:
+                 for_decode: bool = False) -> T5Context:
+        """Cross-attention K/V; with `for_decode`, also the decode step's weight layouts
+        (the float32 LM head [D, V], and on CPU the kernel panels of `T5LayerPanels`).
+
+        XLA drops whichever of them no call of the compiled program reads.
+        """
         pairs = [block.cross_attention.keys_values(encoder_states)
                  for block in self.decoder_blocks]
-        return T5Context(tuple(k for k, _ in pairs), tuple(v for _, v in pairs), encoder_mask,
-                         self.output_projection() if with_lm_head else None)
+        context = T5Context(tuple(k for k, _ in pairs), tuple(v for _, v in pairs),
+                            encoder_mask)
+        if not for_decode:
+            return context
+        context = context._replace(lm_head=self.output_projection())
+        cache = kernels.existing_panel_cache(self)
+        if cache is None or not cache.ready or not kernels.enabled():
+            return context
+        per_layer = len(T5LayerPanels._fields)
+        values = [tf.convert_to_tensor(v) for v in cache.variables()]
+        layers = tuple(T5LayerPanels(*values[i * per_layer:(i + 1) * per_layer])
+                       for i in range(len(self.decoder_blocks)))
+        return context._replace(panels=layers, lm_head_panels=values[-1])
+
+    def refresh_decode_panels(self) -> bool:
+        """Makes (or re-makes, if the weights changed) the `T5LayerPanels` of every decoder
+        layer and the LM head's, which decode calls traced afterwards read on CPU.
+
+        `tfspec.generate` calls this before every compiled call (eager; a fingerprint of the
+        weights, ~1-2 ms for the embedded target, decides whether anything is re-packed).
+        Returns whether panels are in use for this model here.
+        """
+        if not (self._panels_apply() and kernels.usable_outside_trace()):
+            return False
+        cache = kernels.panel_cache(self, self._make_panel_cache)
+        cache.refresh()
+        return True
+
+    def _make_panel_cache(self) -> "kernels.PanelCache":
+        sources, variables = [], []
+
+        def add(fn, *source_variables):
+            sources.append(fn)
+            variables.append(source_variables)
+
+        for block in self.decoder_blocks:
+            attention, cross, ffn = block.self_attention, block.cross_attention, block.ffn
+            add(lambda a=attention: tf.concat([a.q, a.k, a.v], axis=1),
+                attention.q, attention.k, attention.v)
+            add(lambda a=attention: tf.convert_to_tensor(a.o), attention.o)
+            add(lambda c=cross: tf.convert_to_tensor(c.q), cross.q)
+            add(lambda c=cross: tf.convert_to_tensor(c.o), cross.o)
+            if ffn.gated:
+                add(ffn.input_kernel, ffn.wi_0, ffn.wi_1)
+            else:
+                add(ffn.input_kernel, ffn.wi)
+            add(lambda f=ffn: tf.convert_to_tensor(f.wo), ffn.wo)
+        add(self.output_projection, self.shared if self.lm_head is None else self.lm_head)
+        return kernels.PanelCache(sources, variables)
+
+    def _panels_apply(self) -> bool:
+        """Whether `tfspec.kernels` serves this model's decode products: float32 models (the
+        kernel is float32; bfloat16 models keep XLA's products)."""
+        return self._dtype_name == "float32"
 
     # ------------------------------------------------------------------------ uncached path
 
@@ -388,7 +498,7 @@ class T5(keras.Model):
           encoder mask [B, S] and the float32 LM head [D, V]; T5Cache of zeros
           [B, H, max_length, d_kv] per layer).
         """
-        context = self._context(*self.encode(prompt_ids, prompt_lengths), with_lm_head=True)
+        context = self._context(*self.encode(prompt_ids, prompt_lengths), for_decode=True)
         batch = tf.shape(prompt_ids)[0]
         shape = [batch, self._config.num_heads, int(max_length), self._config.d_kv]
         zeros = tuple(tf.zeros(shape, self.compute_dtype) for _ in self.decoder_blocks)
@@ -425,6 +535,10 @@ class T5(keras.Model):
         x, cache = self._decoder_layers(self._embed(ids), bias, mask, context, cache,
                                         write_indices)
         states = self._final_decoder_states(x)
+        if context.lm_head_panels is not None and _few_rows(states):
+            if self._config.rescales_decoder_output:
+                states = states * (self._config.d_model ** -0.5)
+            return kernels.matmul(states, context.lm_head_panels, self._config.vocab_size), cache
         lm_head = context.lm_head
         if (self.lm_head is None and self._dtype_name == "float32"
                 and ids.shape[0] == 1 and ids.shape[1] == 1):

@@ -191,13 +191,23 @@ class T5Attention(keras.layers.Layer):
                 name="relative_attention_bias", shape=(num_buckets, num_heads),
                 initializer=_initializer(rng, d_model ** -0.5))
 
-    def _heads(self, x: tf.Tensor, kernel) -> tf.Tensor:
-        # [B, T, D] @ [D, H*d_kv] -> [B, T, H, d_kv] -> head-major [B, H, T, d_kv] (see
-        # `attend`); -1 keeps the batch/time dims dynamic. The transpose moves only the T
-        # new rows, never a cache.
-        y = tf.einsum("btd,dk->btk", x, tf.cast(kernel, x.dtype))
+    def split_heads(self, y: tf.Tensor) -> tf.Tensor:
+        """[B, T, H * d_kv] -> head-major [B, H, T, d_kv] (see `attend`).
+
+        The transpose moves only the T new rows, never a cache.
+        """
         y = tf.reshape(y, tf.concat([tf.shape(y)[:2], [self.num_heads, self.d_kv]], 0))
         return tf.transpose(y, [0, 2, 1, 3])
+
+    @staticmethod
+    def merge_heads(heads: tf.Tensor) -> tf.Tensor:
+        """[B, H, T, d_kv] -> [B, T, H * d_kv]; -1 keeps the batch/time dims dynamic."""
+        heads = tf.transpose(heads, [0, 2, 1, 3])  # [B, T, H, d_kv]
+        return tf.reshape(heads, tf.concat([tf.shape(heads)[:2], [-1]], 0))
+
+    def _heads(self, x: tf.Tensor, kernel) -> tf.Tensor:
+        # [B, T, D] @ [D, H*d_kv] -> head-major [B, H, T, d_kv].
+        return self.split_heads(tf.einsum("btd,dk->btk", x, tf.cast(kernel, x.dtype)))
 
     def query(self, x: tf.Tensor) -> tf.Tensor:
         """[B, T, D] -> [B, H, T, d_kv]."""
@@ -209,9 +219,7 @@ class T5Attention(keras.layers.Layer):
 
     def project_output(self, heads: tf.Tensor) -> tf.Tensor:
         """[B, H, T, d_kv] -> [B, T, D]."""
-        heads = tf.transpose(heads, [0, 2, 1, 3])  # [B, T, H, d_kv]
-        flat = tf.reshape(heads, tf.concat([tf.shape(heads)[:2], [-1]], 0))
-        return tf.einsum("btk,kd->btd", flat, tf.cast(self.o, heads.dtype))
+        return tf.einsum("btk,kd->btd", self.merge_heads(heads), tf.cast(self.o, heads.dtype))
 
     def position_bias(self, relative_position: tf.Tensor, bidirectional: bool,
                       max_distance: int) -> tf.Tensor:
@@ -265,6 +273,20 @@ class T5FeedForward(keras.layers.Layer):
         else:
             hidden = self._act(dense(x, self.wi))
         return dense(hidden, self.wo)
+
+    def input_kernel(self) -> tf.Tensor:
+        """[D, 2 * d_ff] (gated: wi_0 | wi_1 side by side) or [D, d_ff] (wi)."""
+        if self.gated:
+            return tf.concat([self.wi_0, self.wi_1], axis=1)
+        return tf.convert_to_tensor(self.wi)
+
+    def hidden(self, projected: tf.Tensor) -> tf.Tensor:
+        """The activation applied to `x @ input_kernel()`: [B, T, 2 * d_ff | d_ff] ->
+        [B, T, d_ff] (the same values `transform` feeds to wo)."""
+        if self.gated:
+            gate, linear = tf.split(projected, 2, axis=-1)
+            return self._act(gate) * linear
+        return self._act(projected)
 
 
 class T5Block(keras.layers.Layer):

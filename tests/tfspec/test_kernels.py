@@ -1,0 +1,144 @@
+"""tfspec.kernels: the few-row product custom call, its fingerprint, and the panel cache."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfspec
+from tfspec import kernels
+from tfspec.models import T5, T5Config
+
+pytestmark = pytest.mark.skipif(not kernels.usable_outside_trace(),
+                                reason=f"needs the kernel: {kernels.status()}")
+
+
+def _xla_matmul(x, kernel):
+    kernel_panels = kernels.panels(tf.constant(kernel))
+    fn = tf.function(lambda a: kernels.matmul(a, kernel_panels, kernel.shape[1]),
+                     jit_compile=True, autograph=False)
+    return fn(tf.constant(x)).numpy()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7, 13, 48])
+@pytest.mark.parametrize("k_dim,n_dim", [(8, 5), (32, 16), (40, 40), (384, 1024)])
+def test_matmul_matches_float64_product(rows, k_dim, n_dim):
+    rng = np.random.default_rng(rows * 1000 + n_dim)
+    x = rng.standard_normal((rows, k_dim)).astype(np.float32)
+    kernel = rng.standard_normal((k_dim, n_dim)).astype(np.float32)
+    got = _xla_matmul(x, kernel)
+    want = x.astype(np.float64) @ kernel.astype(np.float64)
+    assert got.shape == (rows, n_dim)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(k_dim))
+
+
+def test_rows_do_not_depend_on_their_companions():
+    """Row r of a 9-row call is bitwise the 1-row call of row r (same FMA chain)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((9, 384)).astype(np.float32)
+    kernel = rng.standard_normal((384, 1024)).astype(np.float32)
+    together = _xla_matmul(x, kernel)
+    for r in range(9):
+        np.testing.assert_array_equal(_xla_matmul(x[r:r + 1], kernel)[0], together[r])
+
+
+def test_matmul_rejects_a_width_the_panels_cannot_hold():
+    kernel_panels = kernels.panels(tf.zeros([8, 40]))  # 3 panels: 33..48 columns
+    with pytest.raises(ValueError, match="3 panels cannot hold 20 columns"):
+        kernels.matmul(tf.zeros([1, 8]), kernel_panels, 20)
+
+
+def _fingerprint(values):
+    fn = tf.function(lambda a: kernels.fingerprint(a), jit_compile=True, autograph=False)
+    return tuple(fn(tf.constant(values)).numpy())
+
+
+@pytest.mark.parametrize("index", [0, 1, 777, 300_000, 300_001 * 2 - 1])
+def test_fingerprint_sees_a_one_ulp_change_anywhere(index):
+    values = np.random.default_rng(1).standard_normal(600_002).astype(np.float32)
+    changed = values.copy()
+    changed[index] = np.nextafter(changed[index], np.float32(np.inf))
+    assert _fingerprint(values) == _fingerprint(values.copy())
+    assert _fingerprint(changed) != _fingerprint(values)
+
+
+def test_fingerprint_sees_swapped_elements():
+    values = np.arange(1000, dtype=np.float32)
+    swapped = values.copy()
+    swapped[[3, 500]] = swapped[[500, 3]]
+    assert _fingerprint(swapped) != _fingerprint(values)
+
+
+def test_panel_cache_repacks_only_what_changed():
+    a = tf.Variable(np.ones((4, 20), np.float32))
+    b = tf.Variable(np.full((20, 8), 2.0, np.float32))
+    cache = kernels.PanelCache([lambda: tf.convert_to_tensor(a), lambda: tf.convert_to_tensor(b)],
+                               [[a], [b]])
+    assert cache.refresh() == 2
+    assert cache.refresh() == 0
+    b[3, 3].assign(5.0)
+    assert cache.refresh() == 1
+    np.testing.assert_array_equal(cache.variables()[1].numpy(), kernels.panels(b).numpy())
+
+
+def _model(seed, vocab=37):
+    # Widths that are not multiples of 16 exercise the padded last panel.
+    config = T5Config(vocab_size=vocab, d_model=24, d_kv=6, d_ff=40, num_layers=1,
+                      num_decoder_layers=2, num_heads=2, feed_forward_proj="gated-gelu",
+                      tie_word_embeddings=False)
+    return T5(config, seed=seed)
+
+
+def test_t5_decode_with_and_without_the_kernel_agree():
+    model = _model(3)
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    with kernels.use(False):
+        plain = tfspec.generate(model, prompts, k=0, max_new_tokens=12, seed=0,
+                                sampling=tfspec.Sampling(temperature=0.0))
+    assert not kernels.existing_panel_cache(model)
+    fast = tfspec.generate(model, prompts, k=0, max_new_tokens=12, seed=0,
+                           sampling=tfspec.Sampling(temperature=0.0))
+    assert kernels.existing_panel_cache(model).ready
+    np.testing.assert_array_equal(fast.tokens, plain.tokens)
+
+
+def test_changed_weights_are_never_decoded_with_stale_panels(monkeypatch):
+    """After the weights change (as training does), generate equals a model built with the
+    new weights; with the refresh disabled (a planted bug) it does not."""
+    prompts = [[5, 6, 7, 8]]
+    greedy = tfspec.Sampling(temperature=0.0)
+    model, other = _model(3), _model(11)
+
+    def run(m):
+        return tfspec.generate(m, prompts, k=0, max_new_tokens=12, seed=0,
+                               sampling=greedy).tokens
+
+    before = run(model)
+    for mine, theirs in zip(model.weights, other.weights):
+        mine.assign(theirs)
+    want = run(_copy_of(other))
+    assert not np.array_equal(want, before)  # The test needs outputs that differ.
+    np.testing.assert_array_equal(run(model), want)
+
+    for mine, theirs in zip(model.weights, _model(3).weights):
+        mine.assign(theirs)
+    monkeypatch.setattr(kernels.PanelCache, "refresh", lambda self: 0)
+    assert not np.array_equal(run(model), before)  # Stale panels: the bug is visible.
+
+
+def _copy_of(model):
+    copy = T5(model.config, seed=0)
+    for mine, theirs in zip(copy.weights, model.weights):
+        mine.assign(theirs)
+    return copy
+
+
+def test_switched_off_by_the_environment():
+    code = "from tfspec import kernels; print(kernels.status())"
+    env = dict(os.environ, TFSPEC_ROWS_MATMUL="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, timeout=300).stdout
+    assert "off (turned off by TFSPEC_ROWS_MATMUL=0)" in out

@@ -1,0 +1,310 @@
+"""Few-row matrix products for XLA:CPU: `panels` and `matmul`, an XLA custom call.
+
+Why: on XLA:CPU a one-row product `[1, K] @ [K, N]` is a GEMV that streams the weights at
+close to memory bandwidth, but 2..~16 rows go to Eigen's GEMM, which re-packs the whole
+weight matrix on every call. A speculative verify multiplies k + 1 rows by every weight of
+the target, so it paid 1.5-2 target steps where one step's worth of bytes is read
+(`bench.round_breakdown`). `rows_matmul.cc` reads each weight once per block of six rows
+from a panel-major copy made once per request, keeps the accumulators in registers, and
+splits the panels across the CPU's threads; at one row it is also faster than XLA's GEMV
+here (`python -m bench.rows_matmul`).
+
+Layout ("panels"): `panels(w)` turns a [K, N] kernel into [ceil(N / 16), K, 16]: panel p
+is columns 16p .. 16p + 15 (zero past N), contiguous over k. A row-major kernel
+walked 16 columns at a time jumps a whole row (often a 4 KB page) per k, which defeats the
+hardware prefetcher; a panel is one contiguous stream.
+
+Exactness: each output element is the same float32 fused multiply-add chain over
+k = 0 .. K - 1 whatever the number of rows, the row block or the thread, so a row never
+depends on its companions in the call, and 1-row and (k + 1)-row calls of one model round
+identically.
+
+The kernel is compiled on first use with the machine's C++ compiler against the running
+TensorFlow (`$TFSPEC_CACHE`, default `~/.cache/tfspec`, holds the library) and registered
+as the custom-call target `tfspec_rows_matmul_f32` of XLA's host platform. Where it cannot
+be (no compiler, not Linux x86-64, a TensorFlow without the registry symbol) or on an
+accelerator, `enabled()` is False and callers use ordinary products; `status()` says why.
+`TFSPEC_ROWS_MATMUL=0` turns it off.
+"""
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import weakref
+from typing import Callable, List, Optional, Sequence
+
+import tensorflow as tf
+
+PANEL = 16
+"""Output columns per panel (two 8-float AVX registers)."""
+
+MAX_ROWS = 48
+"""Calls with more rows than this use XLA's own product (Eigen GEMM is faster there:
+`bench.rows_matmul`)."""
+
+TARGET_NAME = "tfspec_rows_matmul_f32"
+_ENV_SWITCH = "TFSPEC_ROWS_MATMUL"
+_SOURCE = pathlib.Path(__file__).with_name("rows_matmul.cc")
+_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-pthread")
+
+_lock = threading.Lock()
+_library = None          # ctypes.CDLL once loaded and registered
+_failure: Optional[str] = None
+
+
+def _cache_dir() -> pathlib.Path:
+    root = os.environ.get("TFSPEC_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                          "tfspec")
+    return pathlib.Path(root) / "kernels"
+
+
+def _compiler() -> Optional[str]:
+    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _build(compiler: str) -> pathlib.Path:
+    """Compiles rows_matmul.cc once per (source, TensorFlow, compiler); returns the .so."""
+    tf_dir = tf.sysconfig.get_lib()
+    source = _SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([source, tf.__version__.encode(), tf_dir.encode(),
+                                     compiler.encode(), " ".join(_FLAGS).encode()]))
+    target = _cache_dir() / f"rows_matmul-{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Compile to a private name, then rename: concurrent builds (pytest -n 2, Beam workers)
+    # never load a half-written library.
+    fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        command = [compiler, *_FLAGS, str(_SOURCE), "-o", partial, f"-L{tf_dir}",
+                   "-l:libtensorflow_cc.so.2", f"-Wl,-rpath,{tf_dir}"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                                check=False)
+        if result.returncode != 0:
+            raise OSError(f"{compiler} failed: {result.stderr.strip()[-500:]}")
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return target
+
+
+def _load() -> bool:
+    global _library, _failure
+    with _lock:
+        if _library is not None or _failure is not None:
+            return _library is not None
+        if os.environ.get(_ENV_SWITCH, "").strip().lower() in ("0", "false", "no", "off"):
+            _failure = f"turned off by {_ENV_SWITCH}=0"
+        elif platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+            _failure = f"needs Linux on x86-64 (this is {platform.system()} {platform.machine()})"
+        elif _compiler() is None:
+            _failure = "no C++ compiler found (install g++ or set CXX)"
+        else:
+            try:
+                library = ctypes.CDLL(str(_build(_compiler())))
+                library.tfspec_register_rows_matmul()
+                _library = library
+            except (OSError, subprocess.SubprocessError, AttributeError) as e:
+                _failure = f"could not build or load the kernel: {e}"
+        return _library is not None
+
+
+def status() -> str:
+    """One line: whether few-row products use the kernel here, and if not, why."""
+    if _load():
+        return f"rows_matmul kernel: on ({_library._name})"
+    return f"rows_matmul kernel: off ({_failure})"
+
+
+def _on_cpu() -> bool:
+    """True when the program being traced runs on CPU devices."""
+    if tf.distribute.has_strategy():
+        strategy = tf.distribute.get_strategy()
+        if strategy.num_replicas_in_sync > 1:
+            # The panels are plain variables on one device; XLA cannot read them from
+            # another replica's device. Multi-replica runs keep XLA's products.
+            return False
+        devices = strategy.extended.worker_devices
+        return all("CPU" in tf.DeviceSpec.from_string(d).device_type.upper() for d in devices)
+    if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
+        return False
+    return True
+
+
+def _in_xla_program() -> bool:
+    """True while tracing a function that XLA compiles (a custom call runs nowhere else:
+    not eagerly, not in a plain tf.function graph)."""
+    # pylint: disable=g-import-not-at-top
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import control_flow_util
+    if tf.executing_eagerly():
+        return False
+    return control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())
+
+
+_allowed = True
+
+
+def allowed() -> bool:
+    """False inside `use(False)`."""
+    return _allowed
+
+
+@contextlib.contextmanager
+def use(value: bool):
+    """Within the block, programs traced for the first time use the kernel only if `value`
+    (process-wide; benchmarks compare both in one run: `tfspec.generate` caches its
+    compiled loops per setting)."""
+    global _allowed
+    previous, _allowed = _allowed, bool(value)
+    try:
+        yield
+    finally:
+        _allowed = previous
+
+
+def enabled() -> bool:
+    """Whether `matmul` may be used in the program being traced: allowed, an XLA program
+    for CPU devices, with the kernel loaded."""
+    return _allowed and _in_xla_program() and _on_cpu() and _load()
+
+
+def panels(kernel: tf.Tensor) -> tf.Tensor:
+    """float32 [K, N] -> float32 [ceil(N / 16), K, 16], zero-padded past N (see the module
+    docstring)."""
+    k_dim, n_dim = kernel.shape
+    padded = -(-n_dim // PANEL) * PANEL
+    kernel = tf.cast(kernel, tf.float32)
+    if padded != n_dim:
+        kernel = tf.pad(kernel, [[0, 0], [0, padded - n_dim]])
+    return tf.transpose(tf.reshape(kernel, [k_dim, padded // PANEL, PANEL]), [1, 0, 2])
+
+
+def matmul(x: tf.Tensor, kernel_panels: tf.Tensor, n_dim: int) -> tf.Tensor:
+    """x float32 [..., K] (static shape) @ the [K, n_dim] kernel of `kernel_panels` ->
+    float32 [..., n_dim].
+
+    Only inside an XLA-compiled function on CPU, with `enabled()` True.
+    """
+    num_panels, k_dim, _ = kernel_panels.shape
+    if not (num_panels - 1) * PANEL < n_dim <= num_panels * PANEL:
+        raise ValueError(f"{num_panels} panels cannot hold {n_dim} columns")
+    leading = x.shape[:-1]
+    rows = 1
+    for d in leading:
+        rows *= d
+    flat = tf.reshape(tf.cast(x, tf.float32), [rows, k_dim])
+    (y,) = _custom_call([flat, kernel_panels], TARGET_NAME, f"{rows},{k_dim},{n_dim}", False,
+                        [tf.float32], [[rows, n_dim]])
+    return tf.reshape(y, list(leading) + [n_dim])
+
+
+def _custom_call(*args):
+    # TensorFlow's XlaCustomCallV2 op (API_VERSION_STATUS_RETURNING_UNIFIED); imported here
+    # so that importing tfspec does not load the XLA op wrappers.
+    from tensorflow.compiler.tf2xla.ops import gen_xla_ops  # pylint: disable=g-import-not-at-top
+    return gen_xla_ops.xla_custom_call_v2(*args)
+
+
+def fingerprint(x: tf.Tensor) -> tf.Tensor:
+    """int32 [2]: a fingerprint of float32 `x`'s bits (inside an XLA program, kernel loaded).
+
+    Two 32-bit sums of per-element bijections of (bits, index): any single changed element
+    changes both; several changes cancel in both with probability about 2^-64.
+    """
+    count = 1
+    for d in x.shape:
+        count *= d
+    flat = tf.reshape(tf.cast(x, tf.float32), [count])
+    (y,) = _custom_call([flat], "tfspec_fingerprint_f32", str(count), False, [tf.int32], [[2]])
+    return y
+
+
+class PanelCache:
+    """Panel copies of a model's decode kernels that persist across requests and are
+    re-made only when their sources change.
+
+    Re-packing every request costs 25-40 ms for the embedded target here (a transposed
+    copy of 45 MB); a fingerprint of the sources (`fingerprint`, one read-only pass,
+    ~1-2 ms) is compared instead on every `refresh`, so the panels always equal their
+    sources when a decode program reads them: training or re-loading weights between calls
+    never leaves stale panels.
+
+    Args:
+      sources: one entry per panel matrix, a callable returning its [K, N] float32 kernel
+        from the model's variables (e.g. q | k | v side by side), traced into XLA.
+      source_variables: per entry, the variables it reads (fingerprinted).
+    """
+
+    def __init__(self, sources: Sequence[Callable[[], tf.Tensor]],
+                 source_variables: Sequence[Sequence[tf.Variable]]):
+        self._sources = list(sources)
+        self._source_variables = [list(v) for v in source_variables]
+        self._variables: List[Optional[tf.Variable]] = [None] * len(self._sources)
+        self._fingerprints: List[Optional[tuple]] = [None] * len(self._sources)
+        every = [v for group in self._source_variables for v in group]
+        self._fingerprint_all = tf.function(lambda: [fingerprint(v) for v in every],
+                                            jit_compile=True, autograph=False)
+        self._pack = [tf.function(lambda fn=fn: panels(fn()), autograph=False)
+                      for fn in self._sources]
+
+    def refresh(self) -> int:
+        """Re-packs the matrices whose sources changed (eager). Returns how many were."""
+        values = [tuple(int(h) for h in f.numpy()) for f in self._fingerprint_all()]
+        repacked, start = 0, 0
+        for i, group in enumerate(self._source_variables):
+            current = tuple(values[start:start + len(group)])
+            start += len(group)
+            if current == self._fingerprints[i]:
+                continue
+            packed = self._pack[i]()
+            if self._variables[i] is None:
+                self._variables[i] = tf.Variable(packed, trainable=False)
+            else:
+                self._variables[i].assign(packed)
+            self._fingerprints[i] = current
+            repacked += 1
+        return repacked
+
+    @property
+    def ready(self) -> bool:
+        return all(v is not None for v in self._variables)
+
+    def variables(self) -> List[tf.Variable]:
+        """The panel variables, [N / 16, K, 16] each, in the order of `sources`."""
+        return list(self._variables)
+
+
+# {model: PanelCache}: kept outside the model so that Keras does not track the panels as
+# weights (they are neither saved nor trained), and freed with the model.
+_CACHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def panel_cache(model, make: Callable[[], PanelCache]) -> PanelCache:
+    """The model's `PanelCache`, made by `make()` on first use."""
+    cache = _CACHES.get(model)
+    if cache is None:
+        cache = _CACHES[model] = make()
+    return cache
+
+
+def existing_panel_cache(model) -> Optional[PanelCache]:
+    """The model's `PanelCache` if `panel_cache` made one, else None."""
+    return _CACHES.get(model)
+
+
+def usable_outside_trace() -> bool:
+    """Eager counterpart of `enabled`: allowed, CPU devices, kernel loaded."""
+    return _allowed and _on_cpu() and _load()

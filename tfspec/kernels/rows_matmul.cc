@@ -1,0 +1,341 @@
+// A few-row float32 matrix product for XLA:CPU, called as an XLA custom call.
+//
+//   y[M, N] = x[M, K] . w[K, N]      M small (the k + 1 rows of a verify pass)
+//
+// Why it exists: XLA:CPU emits a one-row product as a tiled GEMV that streams the weights at
+// close to memory bandwidth, but a product of 2..~16 rows goes to Eigen's GEMM, which packs
+// the whole weight matrix on every call; on the embedded target a 5-row product costs 4-10x
+// the 1-row one although both read the same bytes (bench/results/rows_matmul.json). This
+// kernel reads every weight once per block of up to 6 rows, from a panel-major copy of the
+// weights made once per request (see tfspec/kernels/__init__.py), with register-resident
+// accumulators, and splits the panels across threads.
+//
+// Weight layout ("panels"): w_panels[P, K, 16], P = ceil(N / 16); panel p holds columns
+// 16p .. 16p + 15 of w, row-major over k, zero-padded past N. A row-major [K, N] matrix walked
+// column strip by column strip touches a new 4 KB page on every k (no hardware prefetch across
+// pages); a panel is one contiguous stream.
+//
+// Exactness: every output element is the same sequence of float32 FMAs over k = 0 .. K-1,
+// whatever M, the row block or the thread: rows do not depend on their companions.
+//
+// Custom-call ABI: XLA's API_VERSION_STATUS_RETURNING_UNIFIED (what TensorFlow's
+// XlaCustomCallV2 emits): out = array of result pointers, in = operand pointers, opaque =
+// the backend config "M,K,N".
+
+#include <immintrin.h>
+
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace xla {
+// Declared here, defined in TensorFlow's libtensorflow_cc (exported symbols); only these two
+// non-virtual members are used, so no layout of the class is needed.
+class CustomCallTargetRegistry {
+ public:
+  static CustomCallTargetRegistry* Global();
+  void Register(const std::string& symbol, void* address, const std::string& platform);
+};
+}  // namespace xla
+
+struct XlaCustomCallStatus_;
+
+namespace {
+
+constexpr long kPanel = 16;  // output columns per panel: two 8-float AVX registers
+constexpr int kMaxRows = 6;  // rows per register block: 12 accumulators + 2 weights + 1
+constexpr int kYieldMicros = 200;  // how long an idle helper stays awake (yielding)
+
+struct Dims {
+  long m = 0, k = 0, n = 0;
+};
+
+bool ParseDims(const char* opaque, size_t len, Dims* d) {
+  std::string s(opaque, len);
+  return sscanf(s.c_str(), "%ld,%ld,%ld", &d->m, &d->k, &d->n) == 3 && d->m > 0 &&
+         d->k > 0 && d->n > 0;
+}
+
+// One panel for R <= 6 rows: y[r, c0 .. c0 + 16) = x[r, :] . panel, r < R, where panel is
+// [K, 16] contiguous (columns c0 .. c0 + 15 of w). Each weight is loaded once for all R
+// rows; the R x 16 accumulators are named registers (an array of __m256 was spilled to the
+// stack on every k by GCC 12). y[r, c] is the fused multiply-add chain over k = 0 .. K-1 in
+// order, whatever R, the panel range or the thread.
+template <int R>
+__attribute__((target("avx2,fma"))) void PanelAvx2(const float* x, long k_dim,
+                                                   const float* panel, float* y, long n_dim,
+                                                   long columns) {
+  __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
+  __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+  __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
+  __m256 a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+  __m256 a4 = _mm256_setzero_ps(), b4 = _mm256_setzero_ps();
+  __m256 a5 = _mm256_setzero_ps(), b5 = _mm256_setzero_ps();
+  for (long k = 0; k < k_dim; ++k) {
+    const __m256 w0 = _mm256_loadu_ps(panel + k * kPanel);
+    const __m256 w1 = _mm256_loadu_ps(panel + k * kPanel + 8);
+#define TFSPEC_FMA(r)                                                         \
+  if constexpr (R > r) {                                                      \
+    const __m256 xb = _mm256_broadcast_ss(x + r * k_dim + k);                 \
+    a##r = _mm256_fmadd_ps(xb, w0, a##r);                                     \
+    b##r = _mm256_fmadd_ps(xb, w1, b##r);                                     \
+  }
+    TFSPEC_FMA(0) TFSPEC_FMA(1) TFSPEC_FMA(2) TFSPEC_FMA(3) TFSPEC_FMA(4) TFSPEC_FMA(5)
+#undef TFSPEC_FMA
+  }
+  if (columns == kPanel) {
+#define TFSPEC_STORE(r)                                                       \
+  if constexpr (R > r) {                                                      \
+    _mm256_storeu_ps(y + r * n_dim, a##r);                                    \
+    _mm256_storeu_ps(y + r * n_dim + 8, b##r);                                \
+  }
+    TFSPEC_STORE(0) TFSPEC_STORE(1) TFSPEC_STORE(2) TFSPEC_STORE(3) TFSPEC_STORE(4) TFSPEC_STORE(5)
+#undef TFSPEC_STORE
+    return;
+  }
+  // The last panel of an N that is not a multiple of 16: its padding columns (zero weights)
+  // are computed but only the first `columns` exist in y.
+  alignas(32) float tail[2 * kMaxRows][8];
+  const __m256 acc[2 * kMaxRows] = {a0, b0, a1, b1, a2, b2, a3, b3, a4, b4, a5, b5};
+  for (int r = 0; r < R; ++r) {
+    _mm256_store_ps(tail[2 * r], acc[2 * r]);
+    _mm256_store_ps(tail[2 * r + 1], acc[2 * r + 1]);
+    for (long c = 0; c < columns; ++c) y[r * n_dim + c] = tail[2 * r + c / 8][c % 8];
+  }
+}
+
+// Portable fallback with the same per-element order of operations, for CPUs without
+// AVX2/FMA.
+void PanelScalar(int rows, const float* x, long k_dim, const float* panel, float* y,
+                 long n_dim, long columns) {
+  for (int r = 0; r < rows; ++r) {
+    for (long c = 0; c < columns; ++c) {
+      float acc = 0.0f;
+      for (long k = 0; k < k_dim; ++k) {
+        acc = __builtin_fmaf(x[r * k_dim + k], panel[k * kPanel + c], acc);
+      }
+      y[r * n_dim + c] = acc;
+    }
+  }
+}
+
+const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+
+// Panels [p_begin, p_end) for every row of x, six rows at a time.
+void Panels(const float* x, const float* w_panels, float* y, const Dims& d, long p_begin,
+            long p_end) {
+  for (long r0 = 0; r0 < d.m; r0 += kMaxRows) {
+    const int rows = static_cast<int>(d.m - r0 < kMaxRows ? d.m - r0 : kMaxRows);
+    const float* xr = x + r0 * d.k;
+    for (long p = p_begin; p < p_end; ++p) {
+      const float* panel = w_panels + p * d.k * kPanel;
+      float* yp = y + r0 * d.n + p * kPanel;
+      const long columns = d.n - p * kPanel < kPanel ? d.n - p * kPanel : kPanel;
+      if (!kHasAvx2) {
+        PanelScalar(rows, xr, d.k, panel, yp, d.n, columns);
+        continue;
+      }
+      switch (rows) {
+        case 1: PanelAvx2<1>(xr, d.k, panel, yp, d.n, columns); break;
+        case 2: PanelAvx2<2>(xr, d.k, panel, yp, d.n, columns); break;
+        case 3: PanelAvx2<3>(xr, d.k, panel, yp, d.n, columns); break;
+        case 4: PanelAvx2<4>(xr, d.k, panel, yp, d.n, columns); break;
+        case 5: PanelAvx2<5>(xr, d.k, panel, yp, d.n, columns); break;
+        default: PanelAvx2<6>(xr, d.k, panel, yp, d.n, columns); break;
+      }
+    }
+  }
+}
+
+// Persistent helper threads for one fork-join per call. The caller takes the first share of
+// the panels, helpers the others. Helpers spin briefly after a job (verify products come
+// back to back) and then sleep, so that they do not steal the core from XLA's own thread
+// pool between verify passes. Concurrent calls (two XLA executions at once) do not share
+// the pool: a caller that finds it busy does all the work itself.
+class Pool {
+ public:
+  static Pool& Get() {
+    static Pool* pool = new Pool();  // Never destroyed: helpers live as long as the process.
+    return *pool;
+  }
+
+  int threads() const { return static_cast<int>(helpers_.size()) + 1; }
+
+  // Runs fn(share) for share in [0, threads()).
+  template <typename Fn>
+  bool TryRun(const Fn& fn) {
+    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+    if (!busy.owns_lock()) return false;
+    job_ = [&fn](int share) { fn(share); };
+    pending_.store(static_cast<int>(helpers_.size()), std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    fn(0);
+    while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+    return true;
+  }
+
+ private:
+  Pool() {
+    unsigned hw = std::thread::hardware_concurrency();
+    int helpers = hw >= 2 ? static_cast<int>(hw < 8 ? hw : 8) - 1 : 0;
+    for (int i = 0; i < helpers; ++i) helpers_.emplace_back([this, i] { Loop(i + 1); });
+    for (auto& t : helpers_) t.detach();
+  }
+
+  void Loop(int share) {
+    uint64_t seen = 0;
+    for (;;) {
+      // Wait for the next job: a few microseconds of pause-spinning (the products of one
+      // decode step come back to back), then yielding the core (XLA's own thread pool
+      // runs the ops between products on these cores: a spinning helper that held the core
+      // made whole steps 2-3x slower), then sleeping.
+      const auto start = std::chrono::steady_clock::now();
+      int spins = 0;
+      while (generation_.load(std::memory_order_acquire) == seen) {
+        if (++spins < 64) {
+          _mm_pause();
+          continue;
+        }
+        if (std::chrono::steady_clock::now() - start > std::chrono::microseconds(kYieldMicros)) break;
+        sched_yield();
+      }
+      if (generation_.load(std::memory_order_acquire) == seen) {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      }
+      seen = generation_.load(std::memory_order_acquire);
+      job_(share);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  std::vector<std::thread> helpers_;
+  std::mutex busy_, mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::function<void(int)> job_;
+};
+
+// Below this many multiply-adds one thread is faster than a fork-join (measured here: the
+// handoff costs a few microseconds).
+constexpr long kParallelWork = 1L << 17;
+
+void RowsMatmul(const float* x, const float* w_panels, float* y, const Dims& d) {
+  const long panels = (d.n + kPanel - 1) / kPanel;
+  Pool& pool = Pool::Get();
+  const int threads = pool.threads();
+  if (threads > 1 && d.m * d.k * d.n >= kParallelWork && panels >= threads) {
+    auto share = [&](int s) {
+      Panels(x, w_panels, y, d, panels * s / threads, panels * (s + 1) / threads);
+    };
+    if (pool.TryRun(share)) return;
+  }
+  Panels(x, w_panels, y, d, 0, panels);
+}
+
+}  // namespace
+
+extern "C" void tfspec_rows_matmul_f32(void* out, const void** in, const char* opaque,
+                                       size_t opaque_len, XlaCustomCallStatus_* status) {
+  (void)status;
+  Dims d;
+  if (!ParseDims(opaque, opaque_len, &d)) return;  // tfspec always passes valid dims.
+  // One result: XLA passes the result buffer itself (not a one-element tuple) here.
+  RowsMatmul(static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
+             static_cast<float*>(out), d);
+}
+
+// For tests and benchmarks without XLA: the same computation on plain buffers.
+extern "C" void tfspec_rows_matmul_f32_direct(const float* x, const float* w_panels, float* y,
+                                              long m, long k, long n) {
+  Dims d;
+  d.m = m;
+  d.k = k;
+  d.n = n;
+  RowsMatmul(x, w_panels, y, d);
+}
+
+namespace {
+
+// Two 32-bit sums of per-element bijections: element i contributes bits * c_i with an odd
+// (hence invertible mod 2^32) multiplier c_i that depends on i, so changing any one element
+// changes both sums; several changes cancel in both with probability ~2^-64. Sums commute,
+// so the result does not depend on how the elements are split among threads. (A plain
+// loop: GCC vectorizes it; one pass is memory-bound.)
+#define TFSPEC_HASH_BODY                                             \
+  uint32_t a = 0, b = 0;                                             \
+  for (long i = begin; i < end; ++i) {                               \
+    const uint32_t odd = 2u * static_cast<uint32_t>(i) + 1u;         \
+    a += bits[i] * (odd * 0x9E3779B9u);                              \
+    b += (bits[i] ^ 0x5BD1E995u) * (odd * 0x85EBCA6Bu);              \
+  }                                                                  \
+  *h0 = a;                                                           \
+  *h1 = b;
+
+// The same loop compiled for AVX2 (vpmulld; baseline x86-64 has no 32-bit vector multiply).
+__attribute__((target("avx2"))) void HashRangeAvx2(const uint32_t* bits, long begin, long end,
+                                                   uint32_t* h0, uint32_t* h1) {
+  TFSPEC_HASH_BODY
+}
+
+void HashRange(const uint32_t* bits, long begin, long end, uint32_t* h0, uint32_t* h1) {
+  if (kHasAvx2) {
+    HashRangeAvx2(bits, begin, end, h0, h1);
+    return;
+  }
+  TFSPEC_HASH_BODY
+}
+#undef TFSPEC_HASH_BODY
+
+
+}  // namespace
+
+// Fingerprint of one float32 buffer (opaque: its element count): int32[2].
+extern "C" void tfspec_fingerprint_f32(void* out, const void** in, const char* opaque,
+                                       size_t opaque_len, XlaCustomCallStatus_* status) {
+  (void)status;
+  long count = 0;
+  std::string s(opaque, opaque_len);
+  sscanf(s.c_str(), "%ld", &count);
+  const uint32_t* bits = static_cast<const uint32_t*>(in[0]);
+  Pool& pool = Pool::Get();
+  const int threads = pool.threads();
+  std::vector<uint32_t> partial(2 * threads, 0);
+  auto share = [&](int t) {
+    HashRange(bits, count * t / threads, count * (t + 1) / threads, &partial[2 * t],
+              &partial[2 * t + 1]);
+  };
+  if (!(threads > 1 && count >= kParallelWork && pool.TryRun(share))) {
+    for (int t = 0; t < threads; ++t) share(t);
+  }
+  uint32_t h0 = 0, h1 = 0;
+  for (int t = 0; t < threads; ++t) {
+    h0 += partial[2 * t];
+    h1 += partial[2 * t + 1];
+  }
+  uint32_t* result = static_cast<uint32_t*>(out);
+  result[0] = h0;
+  result[1] = h1;
+}
+
+extern "C" int tfspec_register_rows_matmul() {
+  xla::CustomCallTargetRegistry::Global()->Register(
+      "tfspec_rows_matmul_f32", reinterpret_cast<void*>(&tfspec_rows_matmul_f32), "Host");
+  xla::CustomCallTargetRegistry::Global()->Register(
+      "tfspec_fingerprint_f32", reinterpret_cast<void*>(&tfspec_fingerprint_f32), "Host");
+  return 0;
+}
