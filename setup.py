@@ -58,7 +58,7 @@ setuptools.setup(
                                                "pipelines", "pipelines.*", "bench", "bench.*",
                                                "configs", "configs.*", "recipes",
                                                "recipes.*"]),
-    package_data={"tfspec": ["zoo/*/*", "zoo/*/*/*"], "evals": ["data/*"]},
+    package_data={"tfspec": ["zoo/*/*", "zoo/*/*/*", "kernels/*.cc"], "evals": ["data/*"]},
     include_package_data=True,
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,

@@ -51,9 +51,21 @@ def test_matmul_rejects_a_width_the_panels_cannot_hold():
         kernels.matmul(tf.zeros([1, 8]), kernel_panels, 20)
 
 
+def _fingerprints(*arrays):
+    fn = tf.function(lambda *a: kernels.fingerprints(list(a)), jit_compile=True,
+                     autograph=False)
+    return [tuple(row) for row in fn(*[tf.constant(a) for a in arrays]).numpy().tolist()]
+
+
 def _fingerprint(values):
-    fn = tf.function(lambda a: kernels.fingerprint(a), jit_compile=True, autograph=False)
-    return tuple(fn(tf.constant(values)).numpy())
+    return _fingerprints(values)[0]
+
+
+def test_fingerprints_of_several_tensors_are_each_tensors_own():
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal(n).astype(np.float32) for n in (300_001, 17))
+    assert _fingerprints(a, b) == [_fingerprint(a), _fingerprint(b)]
+    assert _fingerprint(a) != _fingerprint(b)
 
 
 @pytest.mark.parametrize("index", [0, 1, 777, 300_000, 300_001 * 2 - 1])

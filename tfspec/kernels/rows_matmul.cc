@@ -304,32 +304,41 @@ void HashRange(const uint32_t* bits, long begin, long end, uint32_t* h0, uint32_
 
 }  // namespace
 
-// Fingerprint of one float32 buffer (opaque: its element count): int32[2].
+// Fingerprints of float32 buffers (opaque: their element counts, comma-separated; one
+// operand each): int32[n, 2].
 extern "C" void tfspec_fingerprint_f32(void* out, const void** in, const char* opaque,
                                        size_t opaque_len, XlaCustomCallStatus_* status) {
   (void)status;
-  long count = 0;
+  std::vector<long> counts;
   std::string s(opaque, opaque_len);
-  sscanf(s.c_str(), "%ld", &count);
-  const uint32_t* bits = static_cast<const uint32_t*>(in[0]);
-  Pool& pool = Pool::Get();
-  const int threads = pool.threads();
-  std::vector<uint32_t> partial(2 * threads, 0);
-  auto share = [&](int t) {
-    HashRange(bits, count * t / threads, count * (t + 1) / threads, &partial[2 * t],
-              &partial[2 * t + 1]);
-  };
-  if (!(threads > 1 && count >= kParallelWork && pool.TryRun(share))) {
-    for (int t = 0; t < threads; ++t) share(t);
-  }
-  uint32_t h0 = 0, h1 = 0;
-  for (int t = 0; t < threads; ++t) {
-    h0 += partial[2 * t];
-    h1 += partial[2 * t + 1];
+  for (size_t start = 0; start < s.size();) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    counts.push_back(std::stol(s.substr(start, comma - start)));
+    start = comma + 1;
   }
   uint32_t* result = static_cast<uint32_t*>(out);
-  result[0] = h0;
-  result[1] = h1;
+  Pool& pool = Pool::Get();
+  const int threads = pool.threads();
+  for (size_t b = 0; b < counts.size(); ++b) {
+    const long count = counts[b];
+    const uint32_t* bits = static_cast<const uint32_t*>(in[b]);
+    std::vector<uint32_t> partial(2 * threads, 0);
+    auto share = [&](int t) {
+      HashRange(bits, count * t / threads, count * (t + 1) / threads, &partial[2 * t],
+                &partial[2 * t + 1]);
+    };
+    if (!(threads > 1 && count >= kParallelWork && pool.TryRun(share))) {
+      for (int t = 0; t < threads; ++t) share(t);
+    }
+    uint32_t h0 = 0, h1 = 0;
+    for (int t = 0; t < threads; ++t) {
+      h0 += partial[2 * t];
+      h1 += partial[2 * t + 1];
+    }
+    result[2 * b] = h0;
+    result[2 * b + 1] = h1;
+  }
 }
 
 extern "C" int tfspec_register_rows_matmul() {
