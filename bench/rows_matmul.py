@@ -11,9 +11,10 @@ compiled 32-step loop of the product, interleaved, both ways:
     xla_vs_row1   xla_us / xla_us at 1 row (what a verify pays over a step with XLA's dot)
     kernel_vs_row1  the same for the kernel
 
-Then, end to end on the embedded pair (greedy, one held-out-style prompt, batch 1), the
-per-token slope of `tfspec.generate` between --short and --long new tokens, with the
-kernel on and off (`tfspec.kernels.use`), interleaved in one run:
+Then, end to end on the embedded pair (greedy, the first held-out prompt, batch 1, EOS off so
+that every call decodes exactly --short or --long tokens), the per-token slope of
+`tfspec.generate` between the two, with the kernel on and off (`tfspec.kernels.use`),
+interleaved in one run:
 
     python -m bench.rows_matmul --json bench/results/rows_matmul.json
     python -m bench.rows_matmul --rows 1,5 --repeats 2 --noend_to_end
@@ -27,9 +28,9 @@ import time
 from typing import List, Sequence
 
 import numpy as np
-import tensorflow as tf
 
-import tfspec
+import tfspec  # First: keeps TensorFlow's native logs quiet (tfspec.quiet).
+import tensorflow as tf  # pylint: disable=g-bad-import-order
 from bench import models as bench_models
 from bench import timing
 from evals import cli
@@ -127,7 +128,8 @@ def measure_end_to_end(target, draft, prompt, k: int, short: int, long: int,
             with kernels.use(use):
                 gen = tfspec.generate(target, [prompt], draft=draft if mode == "speculative"
                                       else None, k=k if mode == "speculative" else 0,
-                                      max_new_tokens=n, seed=0, sampling=greedy)
+                                      max_new_tokens=n, seed=0, sampling=greedy,
+                                      eos_id=None)  # Every row runs to n tokens.
             return int(gen.lengths[0])
         return fn
 

@@ -262,8 +262,9 @@ class PanelCache:
         every = [v for group in self._source_variables for v in group]
         self._fingerprint_all = tf.function(lambda: fingerprints(every), jit_compile=True,
                                             autograph=False)
-        self._pack = [tf.function(lambda fn=fn: panels(fn()), autograph=False)
-                      for fn in self._sources]
+        # Eager, and only when a source changed (a tf.function per source would retrace
+        # once each, and warn).
+        self._pack = [lambda fn=fn: panels(fn()) for fn in self._sources]
 
     def refresh(self) -> int:
         """Re-packs the matrices whose sources changed (eager). Returns how many were."""
