@@ -150,7 +150,7 @@ def _copy_of(model):
 
 def test_switched_off_by_the_environment():
     code = "from tfspec import kernels; print(kernels.status())"
-    env = dict(os.environ, TFSPEC_ROWS_MATMUL="0")
+    env = dict(os.environ, TFSPEC_ROWS_MATMUL="0")  # conftest sets 1
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=300).stdout
     assert "off (turned off by TFSPEC_ROWS_MATMUL=0)" in out

@@ -53,7 +53,7 @@ namespace {
 
 constexpr long kPanel = 16;  // output columns per panel: two 8-float AVX registers
 constexpr int kMaxRows = 6;  // rows per register block: 12 accumulators + 2 weights + 1
-constexpr int kYieldMicros = 200;  // how long an idle helper stays awake (yielding)
+constexpr int kYieldMicros = 0;  // how long an idle helper stays awake, yielding (0: sleep at once)
 
 struct Dims {
   long m = 0, k = 0, n = 0;
