@@ -259,16 +259,6 @@ extern "C" void tfspec_rows_matmul_f32(void* out, const void** in, const char* o
              static_cast<float*>(out), d);
 }
 
-// For tests and benchmarks without XLA: the same computation on plain buffers.
-extern "C" void tfspec_rows_matmul_f32_direct(const float* x, const float* w_panels, float* y,
-                                              long m, long k, long n) {
-  Dims d;
-  d.m = m;
-  d.k = k;
-  d.n = n;
-  RowsMatmul(x, w_panels, y, d);
-}
-
 namespace {
 
 // Two 32-bit sums of per-element bijections: element i contributes bits * c_i with an odd
