@@ -16,8 +16,8 @@ that every call decodes exactly --short or --long tokens), the per-token slope o
 `tfspec.generate` between the two, with the kernel on and off (`tfspec.kernels.use`),
 interleaved in one run:
 
-    TFSPEC_ROWS_MATMUL=1 python -m bench.rows_matmul --json bench/results/rows_matmul.json
-    TFSPEC_ROWS_MATMUL=1 python -m bench.rows_matmul --rows 1,5 --repeats 2 --noend_to_end
+    python -m bench.rows_matmul --json bench/results/rows_matmul.json
+    python -m bench.rows_matmul --rows 1,5 --repeats 2 --noend_to_end
 
 Each product loop uses 8 different weight matrices of the shape so that, as in a real step,
 the weights do not all sit in cache.

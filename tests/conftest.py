@@ -13,9 +13,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-# The few-row product kernel is opt-in for users (tfspec/kernels); the suite runs with it on,
-# so every exactness and greedy-identity test goes through it (TFSPEC_ROWS_MATMUL=0: off).
-os.environ.setdefault("TFSPEC_ROWS_MATMUL", "1")
 
 import pytest  # noqa: E402
 import tfspec  # noqa: E402,F401  First: keeps TensorFlow's native start-up logs quiet.

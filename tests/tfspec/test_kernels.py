@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -43,6 +44,34 @@ def test_rows_do_not_depend_on_their_companions():
     together = _xla_matmul(x, kernel)
     for r in range(9):
         np.testing.assert_array_equal(_xla_matmul(x[r:r + 1], kernel)[0], together[r])
+
+
+def test_concurrent_calls_each_get_their_own_product():
+    """Threads calling at once (Beam workers do) share one helper pool: every call must see
+    only its own chunks, whichever thread takes the pool, whichever helper joins late."""
+    rng = np.random.default_rng(4)
+    kernel = rng.standard_normal((384, 1024)).astype(np.float32)  # above the parallel size
+    kernel_panels = kernels.panels(tf.constant(kernel))
+    fn = tf.function(lambda a: kernels.matmul(a, kernel_panels, 1024), jit_compile=True,
+                     autograph=False)
+    inputs = [rng.standard_normal((5, 384)).astype(np.float32) for _ in range(4)]
+    wants = [fn(tf.constant(x)).numpy() for x in inputs]
+    failures = []
+
+    def worker(i):
+        for _ in range(50):
+            got = fn(tf.constant(inputs[i])).numpy()
+            if not np.array_equal(got, wants[i]):
+                failures.append(i)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    np.testing.assert_allclose(wants[0], inputs[0].astype(np.float64) @ kernel, rtol=1e-4,
+                               atol=1e-3)
 
 
 def test_matmul_rejects_a_width_the_panels_cannot_hold():
@@ -148,9 +177,16 @@ def _copy_of(model):
     return copy
 
 
-def test_switched_off_by_the_environment():
+@pytest.mark.parametrize("switch,want", [
+    (None, "rows_matmul kernel: on ("),
+    ("0", "rows_matmul kernel: off (turned off by TFSPEC_ROWS_MATMUL=0)"),
+    ("maybe", "rows_matmul kernel: off (TFSPEC_ROWS_MATMUL='maybe' is not understood"),
+])
+def test_on_by_default_and_switched_by_the_environment(switch, want):
     code = "from tfspec import kernels; print(kernels.status())"
-    env = dict(os.environ, TFSPEC_ROWS_MATMUL="0")  # conftest sets 1
+    env = {k: v for k, v in os.environ.items() if k != "TFSPEC_ROWS_MATMUL"}
+    if switch is not None:
+        env["TFSPEC_ROWS_MATMUL"] = switch
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=300).stdout
-    assert "off (turned off by TFSPEC_ROWS_MATMUL=0)" in out
+    assert want in out

@@ -24,7 +24,8 @@ TensorFlow (`$TFSPEC_CACHE`, default `~/.cache/tfspec`, holds the library) and r
 as the custom-call target `tfspec_rows_matmul_f32` of XLA's host platform. Where it cannot
 be (no compiler, not Linux x86-64, a TensorFlow without the registry symbol) or on an
 accelerator, `enabled()` is False and callers use ordinary products; `status()` says why.
-It is opt-in for now: `TFSPEC_ROWS_MATMUL=1` turns it on (`=0` or unset: off).
+It is on by default where it can run; `TFSPEC_ROWS_MATMUL=0` turns it off (for example to
+compare against XLA's own products: `bench.rows_matmul` does both in one run).
 """
 
 import contextlib
@@ -108,11 +109,9 @@ def _load() -> bool:
         switch = os.environ.get(_ENV_SWITCH, "").strip().lower()
         if switch in ("0", "false", "no", "off"):
             _failure = f"turned off by {_ENV_SWITCH}=0"
-        elif switch not in ("1", "true", "yes", "on"):
-            # Opt-in for now: the product benchmarks and per-token slopes gain 1.4-1.9x, but
-            # a whole `evals.run` on the embedded pair ran several times slower with it
-            # (not yet explained), so it stays off unless asked for.
-            _failure = f"off by default; set {_ENV_SWITCH}=1 to use it"
+        elif switch not in ("", "1", "true", "yes", "on"):
+            _failure = (f"{_ENV_SWITCH}={switch!r} is not understood; use 1 (on, the "
+                        "default) or 0 (off)")
         elif platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
             _failure = f"needs Linux on x86-64 (this is {platform.system()} {platform.machine()})"
         elif _compiler() is None:

@@ -24,10 +24,7 @@
 
 #include <immintrin.h>
 
-#include <sched.h>
-
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -53,7 +50,6 @@ namespace {
 
 constexpr long kPanel = 16;  // output columns per panel: two 8-float AVX registers
 constexpr int kMaxRows = 6;  // rows per register block: 12 accumulators + 2 weights + 1
-constexpr int kYieldMicros = 0;  // how long an idle helper stays awake, yielding (0: sleep at once)
 
 struct Dims {
   long m = 0, k = 0, n = 0;
@@ -156,11 +152,16 @@ void Panels(const float* x, const float* w_panels, float* y, const Dims& d, long
   }
 }
 
-// Persistent helper threads for one fork-join per call. The caller takes the first share of
-// the panels, helpers the others. Helpers spin briefly after a job (verify products come
-// back to back) and then sleep, so that they do not steal the core from XLA's own thread
-// pool between verify passes. Concurrent calls (two XLA executions at once) do not share
-// the pool: a caller that finds it busy does all the work itself.
+// Persistent helper threads that join a call's work if they wake in time. A job is split
+// into chunks handed out by one shared counter: the caller starts on them at once and the
+// helpers, woken at the same time, take whatever is left when they arrive. The caller waits
+// only for chunks a helper has already taken, never for a helper to wake up: on a busy
+// machine (two test workers, Beam threads, the sandbox) a sleeping helper may not run for a
+// whole scheduler slice, and a static split that waited for its share made whole decode
+// steps slower than XLA's own product. Helpers sleep right after a job, so that they do not
+// take the cores from XLA's own thread pool between products. Concurrent calls (two XLA
+// executions at once) do not share the pool: a caller that finds it busy does all the work
+// itself.
 class Pool {
  public:
   static Pool& Get() {
@@ -170,20 +171,29 @@ class Pool {
 
   int threads() const { return static_cast<int>(helpers_.size()) + 1; }
 
-  // Runs fn(share) for share in [0, threads()).
+  // Runs fn(chunk) once for every chunk in [0, chunks), on this thread and on any helper
+  // that wakes before the chunks run out. False (nothing run) if the pool is busy.
   template <typename Fn>
-  bool TryRun(const Fn& fn) {
+  bool TryRun(long chunks, const Fn& fn) {
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
-    job_ = [&fn](int share) { fn(share); };
-    pending_.store(static_cast<int>(helpers_.size()), std::memory_order_relaxed);
+    // No helper is inside a job here (the last caller waited for active_ == 0), so the job's
+    // fields can be rewritten; the generation store below publishes them.
+    job_ = [&fn](long chunk) { fn(chunk); };
+    chunks_ = chunks;
+    next_.store(0, std::memory_order_relaxed);
+    const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      generation_.fetch_add(1, std::memory_order_release);
+      generation_.store(generation, std::memory_order_seq_cst);
     }
     cv_.notify_all();
-    fn(0);
-    while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+    Work();
+    // Close the job, then wait for helpers inside it. A helper announces itself (active_)
+    // before it checks closed_; with both sequentially consistent, either it sees the job
+    // closed and leaves, or this thread sees it active and waits for its chunks.
+    closed_.store(generation, std::memory_order_seq_cst);
+    while (active_.load(std::memory_order_seq_cst) != 0) _mm_pause();
     return true;
   }
 
@@ -191,58 +201,62 @@ class Pool {
   Pool() {
     unsigned hw = std::thread::hardware_concurrency();
     int helpers = hw >= 2 ? static_cast<int>(hw < 8 ? hw : 8) - 1 : 0;
-    for (int i = 0; i < helpers; ++i) helpers_.emplace_back([this, i] { Loop(i + 1); });
+    for (int i = 0; i < helpers; ++i) helpers_.emplace_back([this] { Loop(); });
     for (auto& t : helpers_) t.detach();
   }
 
-  void Loop(int share) {
+  void Work() {
+    for (long chunk = next_.fetch_add(1, std::memory_order_relaxed); chunk < chunks_;
+         chunk = next_.fetch_add(1, std::memory_order_relaxed)) {
+      job_(chunk);
+    }
+  }
+
+  void Loop() {
     uint64_t seen = 0;
     for (;;) {
-      // Wait for the next job: a few microseconds of pause-spinning (the products of one
-      // decode step come back to back), then yielding the core (XLA's own thread pool
-      // runs the ops between products on these cores: a spinning helper that held the core
-      // made whole steps 2-3x slower), then sleeping.
-      const auto start = std::chrono::steady_clock::now();
-      int spins = 0;
-      while (generation_.load(std::memory_order_acquire) == seen) {
-        if (++spins < 64) {
-          _mm_pause();
-          continue;
-        }
-        if (std::chrono::steady_clock::now() - start > std::chrono::microseconds(kYieldMicros)) break;
-        sched_yield();
-      }
       if (generation_.load(std::memory_order_acquire) == seen) {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
       }
-      seen = generation_.load(std::memory_order_acquire);
-      job_(share);
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      active_.fetch_add(1, std::memory_order_seq_cst);
+      // The newest job, if still open, is the one whose fields are set: its caller cannot
+      // return (and start another) until active_ drops back.
+      seen = generation_.load(std::memory_order_seq_cst);
+      if (closed_.load(std::memory_order_seq_cst) != seen) Work();
+      active_.fetch_sub(1, std::memory_order_seq_cst);
     }
   }
 
   std::vector<std::thread> helpers_;
   std::mutex busy_, mu_;
   std::condition_variable cv_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
-  std::function<void(int)> job_;
+  std::atomic<uint64_t> generation_{0};  // the newest job's number
+  std::atomic<uint64_t> closed_{0};      // the newest job whose chunks have all been taken
+  std::atomic<int> active_{0};           // helpers between announcing and leaving a job
+  std::atomic<long> next_{0};            // the next chunk to hand out
+  long chunks_ = 0;
+  std::function<void(long)> job_;
 };
 
-// Below this many multiply-adds one thread is faster than a fork-join (measured here: the
-// handoff costs a few microseconds).
+// Below this many multiply-adds one thread is faster than waking a helper (measured here:
+// the handoff costs a few microseconds).
 constexpr long kParallelWork = 1L << 17;
+// Chunks per thread: enough that a helper arriving late still finds work, few enough that
+// the counter is not contended.
+constexpr long kChunksPerThread = 4;
 
 void RowsMatmul(const float* x, const float* w_panels, float* y, const Dims& d) {
   const long panels = (d.n + kPanel - 1) / kPanel;
   Pool& pool = Pool::Get();
   const int threads = pool.threads();
-  if (threads > 1 && d.m * d.k * d.n >= kParallelWork && panels >= threads) {
-    auto share = [&](int s) {
-      Panels(x, w_panels, y, d, panels * s / threads, panels * (s + 1) / threads);
+  if (threads > 1 && d.m * d.k * d.n >= kParallelWork && panels >= 2) {
+    long chunks = threads * kChunksPerThread;
+    if (chunks > panels) chunks = panels;
+    auto chunk = [&](long c) {
+      Panels(x, w_panels, y, d, panels * c / chunks, panels * (c + 1) / chunks);
     };
-    if (pool.TryRun(share)) return;
+    if (pool.TryRun(chunks, chunk)) return;
   }
   Panels(x, w_panels, y, d, 0, panels);
 }
@@ -313,18 +327,19 @@ extern "C" void tfspec_fingerprint_f32(void* out, const void** in, const char* o
   for (size_t b = 0; b < counts.size(); ++b) {
     const long count = counts[b];
     const uint32_t* bits = static_cast<const uint32_t*>(in[b]);
-    std::vector<uint32_t> partial(2 * threads, 0);
-    auto share = [&](int t) {
-      HashRange(bits, count * t / threads, count * (t + 1) / threads, &partial[2 * t],
-                &partial[2 * t + 1]);
+    const long chunks = threads > 1 && count >= kParallelWork ? threads * kChunksPerThread : 1;
+    std::vector<uint32_t> partial(2 * chunks, 0);
+    auto chunk = [&](long c) {
+      HashRange(bits, count * c / chunks, count * (c + 1) / chunks, &partial[2 * c],
+                &partial[2 * c + 1]);
     };
-    if (!(threads > 1 && count >= kParallelWork && pool.TryRun(share))) {
-      for (int t = 0; t < threads; ++t) share(t);
+    if (!(chunks > 1 && pool.TryRun(chunks, chunk))) {
+      for (long c = 0; c < chunks; ++c) chunk(c);
     }
     uint32_t h0 = 0, h1 = 0;
-    for (int t = 0; t < threads; ++t) {
-      h0 += partial[2 * t];
-      h1 += partial[2 * t + 1];
+    for (long c = 0; c < chunks; ++c) {
+      h0 += partial[2 * c];
+      h1 += partial[2 * c + 1];
     }
     result[2 * b] = h0;
     result[2 * b + 1] = h1;
