@@ -146,6 +146,23 @@ def test_t5_decode_with_and_without_the_kernel_agree():
     np.testing.assert_array_equal(fast.tokens, plain.tokens)
 
 
+def test_a_context_prepared_in_xla_decodes_outside_it():
+    """`prepare` inside an XLA program gives a context with panels; decoding it eagerly (as
+    bench.component_loops does) must use ordinary products, not the custom call, which has
+    no kernel outside XLA."""
+    model = _model(5)
+    model.refresh_decode_panels()
+    ids, lengths = tf.constant([[5, 6, 7, 8]]), tf.constant([4])
+    context, cache = tf.function(lambda i, n: model.prepare(i, n, 8), jit_compile=True)(
+        ids, lengths)
+    assert context.panels is not None
+    step = (tf.constant([[model.decoder_start_id]]), tf.constant([[0]]))
+    eager_logits, _ = model.decode(context, cache, *step)
+    xla_logits, _ = tf.function(lambda c, k, t, p: model.decode(c, k, t, p),
+                                jit_compile=True)(context, cache, *step)
+    np.testing.assert_allclose(eager_logits.numpy(), xla_logits.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_changed_weights_are_never_decoded_with_stale_panels(monkeypatch):
     """After the weights change (as training does), generate equals a model built with the
     new weights; with the refresh disabled (a planted bug) it does not."""

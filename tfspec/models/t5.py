@@ -37,10 +37,15 @@ from tfspec.models.t5_layers import RMSNorm, T5Block, attend, normal_initializer
 _SUPPORTED_DTYPES = ("float32", "bfloat16")
 
 
-def _few_rows(x: tf.Tensor) -> bool:
-    """Whether a [B, W, ...] decode input has a static B * W <= `kernels.MAX_ROWS`."""
+def _kernel_applies(x: tf.Tensor) -> bool:
+    """Whether a [B, W, ...] decode input goes through `kernels.matmul`: a static
+    B * W <= `kernels.MAX_ROWS`, in a program where the kernel can run. The second check is
+    made here, not only when the context was prepared: a context prepared in an XLA program
+    (with panels) may be decoded outside one (eagerly, in a plain graph), where the custom
+    call has no kernel."""
     batch, width = x.shape[0], x.shape[1]
-    return batch is not None and width is not None and batch * width <= kernels.MAX_ROWS
+    return (batch is not None and width is not None and batch * width <= kernels.MAX_ROWS
+            and kernels.enabled())
 
 
 class T5Context(NamedTuple):
@@ -253,7 +258,7 @@ class T5(keras.Model):
         """
         compute = self.compute_dtype
         cross_mask = context.encoder_mask[:, None, None, :]  # [B, 1, 1, S]
-        panels = context.panels if _few_rows(x) else None
+        panels = context.panels if context.panels is not None and _kernel_applies(x) else None
         config = self._config
         d_model, inner = config.d_model, config.num_heads * config.d_kv
         ffn_width = 2 * config.d_ff if config.is_gated_act else config.d_ff
@@ -535,7 +540,7 @@ class T5(keras.Model):
         x, cache = self._decoder_layers(self._embed(ids), bias, mask, context, cache,
                                         write_indices)
         states = self._final_decoder_states(x)
-        if context.lm_head_panels is not None and _few_rows(states):
+        if context.lm_head_panels is not None and _kernel_applies(states):
             if self._config.rescales_decoder_output:
                 states = states * (self._config.d_model ** -0.5)
             return kernels.matmul(states, context.lm_head_panels, self._config.vocab_size), cache
