@@ -16,6 +16,10 @@ that every call decodes exactly --short or --long tokens), the per-token slope o
 `tfspec.generate` between the two, with the kernel on and off (`tfspec.kernels.use`),
 interleaved in one run:
 
+Last, a whole T5 decode call of --target (every product, attention over the real cache,
+the LM head) at each of --windows positions, in one compiled loop, both ways: what a verify
+of k + 1 positions costs against a one-position step (xla_vs_window1, kernel_vs_window1).
+
     python -m bench.rows_matmul --json bench/results/rows_matmul.json
     python -m bench.rows_matmul --rows 1,5 --repeats 2 --noend_to_end
 
@@ -39,6 +43,9 @@ from tfspec import kernels
 COLUMNS = ["product", "k_dim", "n_dim", "rows", "xla_us", "kernel_us", "kernel/xla",
            "xla_vs_row1", "kernel_vs_row1"]
 E2E_COLUMNS = ["mode", "kernel", "ms_per_token", "request_ms_long", "speedup_vs_xla_ar"]
+WINDOW_COLUMNS = ["window", "xla_ms", "kernel_ms", "kernel/xla", "xla_vs_window1",
+                  "kernel_vs_window1"]
+_WINDOW_CALLS = (4, 36)  # decode calls of the short and the long loop; their difference is timed
 _STEPS = 32
 _MATRICES = 8
 
@@ -60,6 +67,11 @@ def _parse_args(argv=None):
     parser.add_argument("--long", type=int, default=64, help="end to end: more new tokens")
     cli.add_bool(parser, "end_to_end", True,
                  "also time tfspec.generate with the kernel on and off")
+    parser.add_argument("--windows", default="1,2,5,9",
+                        help="decode windows of the whole-call part (1 = a step, k + 1 = a "
+                             "verify); empty: skip it")
+    parser.add_argument("--window_prompt_length", type=int, default=128,
+                        help="whole-call part: prompt length of the cross-attention")
     parser.add_argument("--json", default="", help="write the records here")
     return parser.parse_args(argv)
 
@@ -147,6 +159,63 @@ def measure_end_to_end(target, draft, prompt, k: int, short: int, long: int,
     return records
 
 
+def _decode_loop(target, width: int, use_kernel: bool, prompt_length: int):
+    """fn(iterations) running `iterations` decode calls of `width` positions in one
+    compiled loop (the real cache and context of one random prompt), kernel on or off."""
+    max_length = _WINDOW_CALLS[1] + width + 1
+    ids = tf.constant(np.random.default_rng(width).integers(
+        2, target.vocab_size, size=(1, prompt_length)), tf.int32)
+    lengths = tf.constant([prompt_length])
+    slots = tf.range(width)[None, :]
+    with kernels.use(use_kernel):
+        @tf.function(jit_compile=True)
+        def run(iterations):
+            context, cache = target.prepare(ids, lengths, max_length)
+
+            def body(i, total, cache):
+                window_ids = tf.math.floormod(slots + i, target.vocab_size)
+                logits, cache = target.decode(context, cache, window_ids, i + slots)
+                # Consuming the logits keeps the LM head (unused logits would be dropped).
+                return i + 1, total + tf.reduce_max(logits), cache
+
+            _, total, _ = tf.while_loop(lambda i, *_: i < iterations, body,
+                                        (tf.constant(0), tf.constant(0.0), cache))
+            return total
+
+        run(tf.constant(1))  # Traced (and compiled) here, inside kernels.use.
+    return lambda n: (lambda: run(tf.constant(n)).numpy())
+
+
+def measure_decode_windows(target, widths: Sequence[int], prompt_length: int,
+                           repeats: int) -> List[dict]:
+    """ms per whole T5 decode call at each window width, XLA's dot and the kernel,
+    interleaved: the time of a loop of 36 calls minus one of 4, over 32 (prepare cancels)."""
+    target.refresh_decode_panels()
+    fns, keys = [], []
+    for width in widths:
+        for use_kernel in (False, True):
+            loop = _decode_loop(target, width, use_kernel, prompt_length)
+            fns += [loop(n) for n in _WINDOW_CALLS]
+            keys.append((width, use_kernel))
+    times = timing.interleaved_times(fns, repeats)
+    calls = _WINDOW_CALLS[1] - _WINDOW_CALLS[0]
+    per_call = {key: (times[2 * i + 1] - times[2 * i]) / calls * 1e3
+                for i, key in enumerate(keys)}
+
+    def ratio(a, b):  # nan where noise left no positive time to divide by (tiny models)
+        return a / b if b > 0 else float("nan")
+
+    records = []
+    for width in widths:
+        xla_ms, kernel_ms = per_call[(width, False)], per_call[(width, True)]
+        records.append({
+            "window": width, "xla_ms": xla_ms, "kernel_ms": kernel_ms,
+            "kernel/xla": ratio(kernel_ms, xla_ms),
+            "xla_vs_window1": ratio(xla_ms, per_call.get((1, False), float("nan"))),
+            "kernel_vs_window1": ratio(kernel_ms, per_call.get((1, True), float("nan")))})
+    return records
+
+
 def main(argv=None) -> int:
     args = _parse_args(argv)
     print(kernels.status())
@@ -172,6 +241,13 @@ def main(argv=None) -> int:
         print()
         timing.print_table(e2e, E2E_COLUMNS)
         payload.update(end_to_end=e2e, k=args.k, draft=args.draft)
+    widths = [int(w) for w in args.windows.split(",") if w.strip()]
+    if widths:
+        windows = measure_decode_windows(target, widths, args.window_prompt_length,
+                                         args.repeats)
+        print()
+        timing.print_table(windows, WINDOW_COLUMNS)
+        payload.update(decode_windows=windows, window_prompt_length=args.window_prompt_length)
     payload["seconds"] = time.time() - start
     timing.write_json(args.json, payload)
     return 0

@@ -18,6 +18,7 @@ def test_products_and_end_to_end_records(tmp_path, capsys):
     path = tmp_path / "rows.json"
     assert rows_matmul.main(["--target", TINY, "--draft", TINY, "--rows", "1,5", "--repeats", "1",
                              "--products", "ffn out,lm head", "--short", "2", "--long", "4",
+                             "--windows", "1,5", "--window_prompt_length", "6",
                              "--json", str(path)]) == 0
     payload = json.loads(path.read_text())
     records = payload["records"]
@@ -33,6 +34,14 @@ def test_products_and_end_to_end_records(tmp_path, capsys):
         ("autoregressive", False), ("speculative", False), ("autoregressive", True),
         ("speculative", True)]
     assert e2e[0]["speedup_vs_xla_ar"] == pytest.approx(1.0)
+    windows = payload["decode_windows"]
+    assert [w["window"] for w in windows] == [1, 5]
+    for w in windows:  # A tiny model's times are noise: check the arithmetic, not speed.
+        if w["xla_ms"] > 0:
+            assert w["kernel/xla"] == pytest.approx(w["kernel_ms"] / w["xla_ms"])
+    for key, ms in (("xla_vs_window1", "xla_ms"), ("kernel_vs_window1", "kernel_ms")):
+        if windows[0][ms] > 0:
+            assert windows[0][key] == pytest.approx(1.0)
     assert "rows_matmul kernel: on" in capsys.readouterr().out
 
 
