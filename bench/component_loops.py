@@ -296,6 +296,13 @@ class Programs:
         self.free_target, self.free_draft = free_pair(target.vocab_size, target.eos_id,
                                                       target.pad_id, seed)
         self._cache = {}
+        # Whether a decode program reads the kernel panels (tfspec.kernels) is fixed when it
+        # is traced: packed before any program here is, so that the isolated loops run the
+        # products `tfspec.generate` runs (it refreshes before its first trace too).
+        for model in (target, draft):
+            refresh = getattr(model, "refresh_decode_panels", None)
+            if refresh is not None:
+                refresh()
 
     def _get(self, key, build):
         if key not in self._cache:
