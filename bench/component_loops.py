@@ -119,7 +119,7 @@ def _catch_up_loop(draft, max_new_tokens: int):
     return catch_up
 
 
-def _verify_loop(target, k: int, max_new_tokens: int):
+def verify_loop(target, k: int, max_new_tokens: int):
     """fn(context, cache, window_ids int32 [B, k + 1], iterations) -> float32 []."""
     vocab_size = target.vocab_size
     slots = tf.range(k + 1)[None, :]
@@ -332,7 +332,7 @@ class Programs:
             "draft_step": (k, sampling, lambda: _draft_step_loop(self.draft, sampling, m)),
             "sample": (None, sampling, lambda: _sample_loop(sampling)),
             "catch_up": (k, None, lambda: _catch_up_loop(self.draft, m)),
-            "verify": (k, None, lambda: _verify_loop(self.target, k, m)),
+            "verify": (k, None, lambda: verify_loop(self.target, k, m)),
             "accept": (k, sampling, lambda: _accept_loop(k, sampling)),
             "free_loop": (k, sampling, lambda: free_loop(
                 self.free_target, self.free_draft, decoding.LoopConfig(

@@ -35,6 +35,7 @@ import numpy as np
 
 import tfspec  # First: keeps TensorFlow's native logs quiet (tfspec.quiet).
 import tensorflow as tf  # pylint: disable=g-bad-import-order
+from bench import component_loops
 from bench import models as bench_models
 from bench import timing
 from evals import cli
@@ -160,30 +161,20 @@ def measure_end_to_end(target, draft, prompt, k: int, short: int, long: int,
 
 
 def _decode_loop(target, width: int, use_kernel: bool, prompt_length: int):
-    """fn(iterations) running `iterations` decode calls of `width` positions in one
-    compiled loop (the real cache and context of one random prompt), kernel on or off."""
-    max_length = _WINDOW_CALLS[1] + width + 1
+    """fn(iterations) timing `iterations` decode calls of `width` positions in one compiled
+    loop (`component_loops.verify_loop`, on the real cache and context of one random
+    prompt), kernel on or off."""
+    calls = _WINDOW_CALLS[1]
     ids = tf.constant(np.random.default_rng(width).integers(
         2, target.vocab_size, size=(1, prompt_length)), tf.int32)
-    lengths = tf.constant([prompt_length])
-    slots = tf.range(width)[None, :]
-    with kernels.use(use_kernel):
-        @tf.function(jit_compile=True)
-        def run(iterations):
-            context, cache = target.prepare(ids, lengths, max_length)
-
-            def body(i, total, cache):
-                window_ids = tf.math.floormod(slots + i, target.vocab_size)
-                logits, cache = target.decode(context, cache, window_ids, i + slots)
-                # Consuming the logits keeps the LM head (unused logits would be dropped).
-                return i + 1, total + tf.reduce_max(logits), cache
-
-            _, total, _ = tf.while_loop(lambda i, *_: i < iterations, body,
-                                        (tf.constant(0), tf.constant(0.0), cache))
-            return total
-
-        run(tf.constant(1))  # Traced (and compiled) here, inside kernels.use.
-    return lambda n: (lambda: run(tf.constant(n)).numpy())
+    window_ids = tf.range(width)[None, :]
+    with kernels.use(use_kernel):  # Both programs are traced (and compiled) inside it.
+        context, cache = tf.function(
+            lambda i, n: target.prepare(i, n, calls + width + 1), jit_compile=True)(
+                ids, tf.constant([prompt_length]))
+        loop = component_loops.verify_loop(target, width - 1, calls)
+        loop(context, cache, window_ids, tf.constant(1))
+    return lambda n: (lambda: loop(context, cache, window_ids, tf.constant(n)).numpy())
 
 
 def measure_decode_windows(target, widths: Sequence[int], prompt_length: int,
