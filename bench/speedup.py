@@ -18,6 +18,32 @@ loop at every k, in turn, so noise on a shared machine hits all alike):
                              (evals.walltime.predicted_speedup)
     speedup_over_predicted   speedup / predicted_speedup (goal: >= 0.9 at batch 1)
 
+The formula models decoding only, but every request also pays once for its encoders (both
+of them when speculating) and the call. With short outputs (the built-in pool ends at EOS
+after ~27 tokens, with prompts of up to ~300) that one-off cost is a large share of the
+time, and it also inflates the c above. So every mode is timed a second time, interleaved
+with the rest, with max_new_tokens = 1 (one loop iteration per call), which splits its time
+into a per-call fixed cost and a per-iteration cost:
+
+    full = calls x fixed + iterations x per_iteration     (iterations: loop rounds or steps,
+    one  = calls x fixed + calls x per_iteration           summed over the calls)
+
+    ar_fixed_ms, spec_fixed_ms   per generate call, outside the loop (encoders, call
+                                 overhead); the speculative one at this k
+    target_step_ms, draft_step_ms, round_ms
+                                 one loop iteration of target AR, draft AR, speculative at k
+    formula_round_ms             k x draft_step_ms + target_step_ms: what the formula
+                                 charges for a round
+    round_over_formula           round_ms / formula_round_ms (1.0 = a round costs what the
+                                 formula assumes)
+    decode_speedup               the speed-up of the loop alone: AR vs speculative ms per
+                                 token with the fixed costs taken out
+    decode_predicted_speedup     the formula with c = draft_step_ms / target_step_ms
+    decode_over_predicted        decode_speedup / decode_predicted_speedup
+
+A decomposition that needs two loop iterations per call at least; with fewer (every row done
+in its first round) the decode fields are nan.
+
     python -m bench.speedup --k 1,2,4 --batch_size 1 --temperature 0 --json runs/bench/speedup.json
     python -m bench.speedup --target random:t5-small --draft random:t5-small:num_layers=1 \\
         --k 1,2 --max_new_tokens 16 --repeats 1
@@ -48,7 +74,8 @@ from evals import walltime
 
 COLUMNS = ["k", "batch_size", "temperature", "ar_ms_per_token", "spec_ms_per_token", "speedup",
            "acceptance_rate", "beta_mean", "draft_cost_ratio", "predicted_speedup",
-           "speedup_over_predicted"]
+           "speedup_over_predicted", "spec_fixed_ms", "round_over_formula", "decode_speedup",
+           "decode_over_predicted"]
 
 
 def _floats(text: str) -> List[float]:
@@ -165,32 +192,48 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     Returns:
       One record per k (see the module docstring for the keys), plus `k, batch_size,
       temperature, top_k, top_p, tokens_ar, tokens_spec, rounds, mean_tokens_per_round,
-      draft_ms_per_step, target_ms_per_step, per_row_acceptance`.
+      draft_ms_per_step, target_ms_per_step, per_row_acceptance` (those two per step include
+      the fixed costs; the decode fields of the module docstring leave them out).
     """
     batches = [[list(p) for p in prompts] for prompts in batches]
     eos_kwargs = {} if eos_id == "target" else {"eos_id": eos_id}
     eos_kwargs["jit_compile"] = jit_compile  # Tests pass None (eager): no compile time.
 
-    def call(model, k, d=None):
+    def call(model, k, d=None, new_tokens=max_new_tokens):
         return lambda: [tfspec.generate(model, prompts, draft=d, k=k, sampling=sampling,
-                                        max_new_tokens=max_new_tokens, seed=seed, **eos_kwargs)
+                                        max_new_tokens=new_tokens, seed=seed, **eos_kwargs)
                         for prompts in batches]
 
     fns = [call(target, 0), call(draft, 0)] + [call(target, k, draft) for k in ks]
-    times, gens = timing.interleaved_runs(fns, repeats)
+    # The same calls stopped after one loop iteration: they split each time into fixed and
+    # per-iteration parts (see the module docstring).
+    first_fns = ([call(target, 0, new_tokens=1), call(draft, 0, new_tokens=1)]
+                 + [call(target, k, draft, new_tokens=1) for k in ks])
+    all_times, all_gens = timing.interleaved_runs(fns + first_fns, repeats)
+    times, gens = all_times[:len(fns)], all_gens[:len(fns)]
+    phases = [split_phases(full, one, _loop_steps(full_gens), len(batches))
+              for full, one, full_gens in zip(times, all_times[len(fns):], gens)]
     ar_time, draft_time = times[0], times[1]
     ar_gen, draft_gen = gens[0], gens[1]
+    (target_step_s, ar_fixed_s), (draft_step_s, _) = phases[0], phases[1]
+    decode_ar_ms = 1e3 * target_step_s * _loop_steps(ar_gen) / max(1, _real_tokens(ar_gen))
     ar_ms = 1e3 * ar_time / max(1, _real_tokens(ar_gen))
     target_step = ar_time / _loop_steps(ar_gen)
     draft_step = draft_time / _loop_steps(draft_gen)
     c = walltime.draft_cost_ratio(draft_step, target_step)
     records = []
-    for k, spec_time, spec_gens in zip(ks, times[2:], gens[2:]):
+    for k, spec_time, spec_gens, (round_s, spec_fixed_s) in zip(ks, times[2:], gens[2:],
+                                                                 phases[2:]):
         stats = tfspec.DecodeStats.concatenate([gen.stats for gen in spec_gens])
         spec_ms = 1e3 * spec_time / max(1, _real_tokens(spec_gens))
         a = _alpha(stats.beta_mean, stats.acceptance_rate)
         predicted = walltime.predicted_speedup(a, k, c) if math.isfinite(a) else float("nan")
         speedup = ar_ms / spec_ms
+        formula_round_s = k * draft_step_s + target_step_s
+        decode_spec_ms = (1e3 * round_s * _loop_steps(spec_gens)
+                          / max(1, _real_tokens(spec_gens)))
+        decode_speedup = _ratio(decode_ar_ms, decode_spec_ms)
+        decode_predicted = _formula_or_nan(a, k, _ratio(draft_step_s, target_step_s))
         records.append({
             "k": int(k), "batch_size": len(batches[0]), "num_batches": len(batches),
             "temperature": sampling.temperature,
@@ -204,8 +247,44 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
             "mean_tokens_per_round": stats.mean_tokens_per_round,
             "target_ms_per_step": 1e3 * target_step, "draft_ms_per_step": 1e3 * draft_step,
             "per_row_acceptance": per_row_acceptance(stats),
+            "ar_fixed_ms": 1e3 * ar_fixed_s, "spec_fixed_ms": 1e3 * spec_fixed_s,
+            "target_step_ms": 1e3 * target_step_s, "draft_step_ms": 1e3 * draft_step_s,
+            "round_ms": 1e3 * round_s, "formula_round_ms": 1e3 * formula_round_s,
+            "round_over_formula": _ratio(round_s, formula_round_s),
+            "decode_speedup": decode_speedup,
+            "decode_predicted_speedup": decode_predicted,
+            "decode_over_predicted": _ratio(decode_speedup, decode_predicted),
         })
     return records
+
+
+def split_phases(full_s: float, one_s: float, iterations: int, calls: int) -> tuple:
+    """(per-iteration seconds, per-call fixed seconds) of a mode from two timings.
+
+    Args:
+      full_s: the timed run: `calls` generate calls, `iterations` loop iterations in all.
+      one_s: the same calls with max_new_tokens = 1 (one iteration each).
+      iterations, calls: as above.
+
+    Solves full_s = calls F + iterations I and one_s = calls F + calls I; both are nan when
+    the run had no more iterations than calls (nothing to tell them apart).
+    """
+    if iterations <= calls:
+        return float("nan"), float("nan")
+    per_iteration = (full_s - one_s) / (iterations - calls)
+    return per_iteration, one_s / calls - per_iteration
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    if not (math.isfinite(numerator) and math.isfinite(denominator)) or denominator <= 0:
+        return float("nan")
+    return numerator / denominator
+
+
+def _formula_or_nan(a: float, k: int, c: float) -> float:
+    if not (math.isfinite(a) and math.isfinite(c)) or c < 0:
+        return float("nan")
+    return walltime.predicted_speedup(a, k, c)
 
 
 def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],

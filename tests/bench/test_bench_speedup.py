@@ -28,6 +28,32 @@ def _check_contract(record):
     a = min(1.0, record["beta_mean"])
     assert record["predicted_speedup"] == pytest.approx(
         walltime.predicted_speedup(a, record["k"], record["draft_cost_ratio"]))
+    # The decode-phase fields are consistent with each other (nan: every call ended in its
+    # first loop iteration, see `speedup.split_phases`).
+    if math.isnan(record["round_ms"]):
+        return
+    assert record["formula_round_ms"] == pytest.approx(
+        record["k"] * record["draft_step_ms"] + record["target_step_ms"])
+    assert record["round_over_formula"] == pytest.approx(
+        record["round_ms"] / record["formula_round_ms"])
+    assert record["decode_predicted_speedup"] == pytest.approx(walltime.predicted_speedup(
+        a, record["k"], record["draft_step_ms"] / record["target_step_ms"]))
+    assert record["decode_over_predicted"] == pytest.approx(
+        record["decode_speedup"] / record["decode_predicted_speedup"])
+
+
+@pytest.mark.parametrize("fixed, per_iteration, iterations, calls", [
+    (0.05, 0.004, 30, 8), (0.0, 0.01, 2, 1), (0.2, 0.0, 9, 3)])
+def test_split_phases_recovers_fixed_and_per_iteration_costs(fixed, per_iteration, iterations,
+                                                              calls):
+    full = calls * fixed + iterations * per_iteration
+    one = calls * fixed + calls * per_iteration
+    got = speedup.split_phases(full, one, iterations, calls)
+    assert got == pytest.approx((per_iteration, fixed))
+
+
+def test_split_phases_is_nan_without_a_second_iteration():
+    assert all(math.isnan(x) for x in speedup.split_phases(1.0, 1.0, 4, 4))
 
 
 def test_parse_random_config_overrides_and_decoder_layers():
@@ -67,6 +93,9 @@ def test_self_draft_greedy_accepts_everything_and_keeps_the_contract():
     assert record["acceptance_rate"] == 1.0
     assert record["beta_mean"] == pytest.approx(1.0)
     assert record["tokens_spec"] == record["tokens_ar"]
+    assert record["rounds"] >= 2  # So the decode-phase fields were checked, and finite:
+    for key in ("ar_fixed_ms", "spec_fixed_ms", "round_ms", "decode_speedup"):
+        assert math.isfinite(record[key]), key
 
 
 def test_main_writes_one_record_per_k_batch_temperature(tmp_path, capsys):
