@@ -13,8 +13,11 @@ compiled 32-step loop of the product, interleaved, both ways:
 
 Then, end to end on the embedded pair (greedy, the first held-out prompt, batch 1, EOS off so
 that every call decodes exactly --short or --long tokens), the per-token slope of
-`tfspec.generate` between the two, with the kernel on and off (`tfspec.kernels.use`),
-interleaved in one run:
+`tfspec.generate` between the two, with XLA's products (`tfspec.kernels.use(False)`), with
+the kernel and helper threads that sleep after every product (`kernels.helper_spin(0)`), and
+with the kernel as shipped (helpers poll for `kernels.DEFAULT_HELPER_SPIN_US` first),
+interleaved in one run (records: mode, kernel, helper_spin_us, ms_per_token,
+speedup_vs_xla_ar).
 
 Last, a whole T5 decode call of --target (every product, attention over the real cache,
 the LM head) at each of --windows positions, in one compiled loop, both ways: what a verify
@@ -132,13 +135,17 @@ def measure_products(config, row_counts: Sequence[int], repeats: int,
 
 def measure_end_to_end(target, draft, prompt, k: int, short: int, long: int,
                        repeats: int) -> List[dict]:
-    """Per-token slope of generate between `short` and `long` new tokens, kernel on/off."""
+    """Per-token slope of generate between `short` and `long` new tokens: XLA's products,
+    the kernel with helpers that sleep after every product, the kernel as shipped."""
     greedy = tfspec.Sampling(temperature=0.0)
-    cases = [(use, mode) for use in (False, True) for mode in ("autoregressive", "speculative")]
+    settings = [(False, kernels.DEFAULT_HELPER_SPIN_US), (True, 0),
+                (True, kernels.DEFAULT_HELPER_SPIN_US)]
+    cases = [(use, spin, mode) for use, spin in settings
+             for mode in ("autoregressive", "speculative")]
 
-    def call(use, mode, n):
+    def call(use, spin, mode, n):
         def fn():
-            with kernels.use(use):
+            with kernels.use(use), kernels.helper_spin(spin):
                 gen = tfspec.generate(target, [prompt], draft=draft if mode == "speculative"
                                       else None, k=k if mode == "speculative" else 0,
                                       max_new_tokens=n, seed=0, sampling=greedy,
@@ -146,12 +153,13 @@ def measure_end_to_end(target, draft, prompt, k: int, short: int, long: int,
             return int(gen.lengths[0])
         return fn
 
-    fns = [call(use, mode, n) for use, mode in cases for n in (short, long)]
+    fns = [call(use, spin, mode, n) for use, spin, mode in cases for n in (short, long)]
     times, lengths = timing.interleaved_runs(fns, repeats)
     records = []
-    for i, (use, mode) in enumerate(cases):
+    for i, (use, spin, mode) in enumerate(cases):
         (t_short, t_long), (n_short, n_long) = times[2 * i:2 * i + 2], lengths[2 * i:2 * i + 2]
-        records.append({"mode": mode, "kernel": use, "new_tokens": [n_short, n_long],
+        records.append({"mode": mode, "kernel": use, "helper_spin_us": spin if use else None,
+                        "new_tokens": [n_short, n_long],
                         "ms_per_token": (t_long - t_short) / max(1, n_long - n_short) * 1e3,
                         "request_ms_long": t_long * 1e3})
     xla_ar = records[0]["ms_per_token"]

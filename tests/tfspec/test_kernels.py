@@ -46,9 +46,26 @@ def test_rows_do_not_depend_on_their_companions():
         np.testing.assert_array_equal(_xla_matmul(x[r:r + 1], kernel)[0], together[r])
 
 
-def test_concurrent_calls_each_get_their_own_product():
+@pytest.mark.parametrize("spin_us", [0, kernels.DEFAULT_HELPER_SPIN_US, 100000])
+def test_concurrent_calls_each_get_their_own_product(spin_us):
     """Threads calling at once (Beam workers do) share one helper pool: every call must see
-    only its own chunks, whichever thread takes the pool, whichever helper joins late."""
+    only its own chunks, whichever thread takes the pool, whichever helper joins late, and
+    whether the helpers sleep after each product, poll briefly, or stay awake throughout
+    (100 ms)."""
+    with kernels.helper_spin(spin_us):
+        _check_concurrent_calls()
+
+
+def test_helper_spin_restores_the_setting():
+    before = kernels._helper_spin_us  # pylint: disable=protected-access
+    with kernels.helper_spin(7):
+        assert kernels._helper_spin_us == 7  # pylint: disable=protected-access
+        with kernels.helper_spin(-5):
+            assert kernels._helper_spin_us == 0  # pylint: disable=protected-access
+    assert kernels._helper_spin_us == before  # pylint: disable=protected-access
+
+
+def _check_concurrent_calls():
     rng = np.random.default_rng(4)
     kernel = rng.standard_normal((384, 1024)).astype(np.float32)  # above the parallel size
     kernel_panels = kernels.panels(tf.constant(kernel))

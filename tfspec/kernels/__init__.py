@@ -120,6 +120,7 @@ def _load() -> bool:
             try:
                 library = ctypes.CDLL(str(_build(_compiler())))
                 library.tfspec_register_rows_matmul()
+                library.tfspec_set_helper_spin(ctypes.c_long(_helper_spin_us))
                 _library = library
             except (OSError, subprocess.SubprocessError, AttributeError) as e:
                 _failure = f"could not build or load the kernel: {e}"
@@ -178,6 +179,34 @@ def use(value: bool):
         yield
     finally:
         _allowed = previous
+
+
+DEFAULT_HELPER_SPIN_US = 300
+"""How long (microseconds) the kernel's helper threads poll for the next product before they
+sleep. A decode step's products come microseconds apart; a helper woken for each one joined
+late, and one-row steps of the embedded draft took ~1.4x as long (`bench.rows_matmul`, end
+to end). While polling a helper yields its core to any other runnable thread."""
+
+_helper_spin_us = DEFAULT_HELPER_SPIN_US
+
+
+@contextlib.contextmanager
+def helper_spin(micros: int):
+    """Within the block, the helpers poll for `micros` after each product (0: they sleep at
+    once); process-wide, for benchmarks that compare settings in one run."""
+    global _helper_spin_us
+    previous, _helper_spin_us = _helper_spin_us, max(0, int(micros))
+    _apply_helper_spin()
+    try:
+        yield
+    finally:
+        _helper_spin_us = previous
+        _apply_helper_spin()
+
+
+def _apply_helper_spin() -> None:
+    if _library is not None:
+        _library.tfspec_set_helper_spin(ctypes.c_long(_helper_spin_us))
 
 
 def enabled() -> bool:

@@ -25,6 +25,7 @@
 #include <immintrin.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -158,10 +159,14 @@ void Panels(const float* x, const float* w_panels, float* y, const Dims& d, long
 // only for chunks a helper has already taken, never for a helper to wake up: on a busy
 // machine (two test workers, Beam threads, the sandbox) a sleeping helper may not run for a
 // whole scheduler slice, and a static split that waited for its share made whole decode
-// steps slower than XLA's own product. Helpers sleep right after a job, so that they do not
-// take the cores from XLA's own thread pool between products. Concurrent calls (two XLA
+// steps slower than XLA's own product. After a job a helper polls for the next one for
+// g_spin_micros (yielding its core to any other runnable thread), then sleeps, so that it
+// does not hold a core between decode calls. Concurrent calls (two XLA
 // executions at once) do not share the pool: a caller that finds it busy does all the work
 // itself.
+// How long a helper keeps polling for the next job before it sleeps (microseconds).
+std::atomic<long> g_spin_micros{300};
+
 class Pool {
  public:
   static Pool& Get() {
@@ -215,6 +220,15 @@ class Pool {
   void Loop() {
     uint64_t seen = 0;
     for (;;) {
+      // Stay awake for a moment after a job (yielding the core to anything runnable): the
+      // products of a decode step come microseconds apart, and a helper that must be woken
+      // for each one joins late or not at all (bench.rows_matmul, end to end: helper_spin_us).
+      const auto spin_until = std::chrono::steady_clock::now() +
+                              std::chrono::microseconds(g_spin_micros.load(std::memory_order_relaxed));
+      while (generation_.load(std::memory_order_acquire) == seen &&
+             std::chrono::steady_clock::now() < spin_until) {
+        std::this_thread::yield();
+      }
       if (generation_.load(std::memory_order_acquire) == seen) {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
@@ -344,6 +358,11 @@ extern "C" void tfspec_fingerprint_f32(void* out, const void** in, const char* o
     result[2 * b] = h0;
     result[2 * b + 1] = h1;
   }
+}
+
+// Sets how long helpers poll for the next job before sleeping (0: sleep at once).
+extern "C" void tfspec_set_helper_spin(long micros) {
+  g_spin_micros.store(micros < 0 ? 0 : micros, std::memory_order_relaxed);
 }
 
 extern "C" int tfspec_register_rows_matmul() {
