@@ -21,9 +21,10 @@ loop at every k, in turn, so noise on a shared machine hits all alike):
 The formula models decoding only, but every request also pays once for its encoders (both
 of them when speculating) and the call. With short outputs (the built-in pool ends at EOS
 after ~27 tokens, with prompts of up to ~300) that one-off cost is a large share of the
-time, and it also inflates the c above. So every mode is timed a second time, interleaved
+time, and it also inflates the c above. With --fixed_costs every mode is timed a second time, interleaved
 with the rest, with max_new_tokens = 1 (one loop iteration per call), which splits its time
-into a per-call fixed cost and a per-iteration cost:
+into a per-call fixed cost and a per-iteration cost (with --fixed_costs; the fields are nan
+without it):
 
     full = calls x fixed + iterations x per_iteration     (iterations: loop rounds or steps,
     one  = calls x fixed + calls x per_iteration           summed over the calls)
@@ -42,7 +43,11 @@ into a per-call fixed cost and a per-iteration cost:
     decode_over_predicted        decode_speedup / decode_predicted_speedup
 
 A decomposition that needs two loop iterations per call at least; with fewer (every row done
-in its first round) the decode fields are nan.
+in its first round) the decode fields are nan. It doubles the compiled loops: one process
+that compiled ~35 of them (k = 1..8 at two temperatures) ran out of memory maps in LLVM's
+JIT here (vm.max_map_count 65530), so split such a sweep into runs of a few k each:
+
+    python -m bench.speedup --k 1,2,4,6 --temperature 0 --fixed_costs
 
     python -m bench.speedup --k 1,2,4 --batch_size 1 --temperature 0 --json runs/bench/speedup.json
     python -m bench.speedup --target random:t5-small --draft random:t5-small:num_layers=1 \\
@@ -150,6 +155,10 @@ def _parse_args(argv=None):
     parser.add_argument("--k", default="1,2,4", help="comma-separated draft lengths")
     parser.add_argument("--batch_size", default="1", help="comma-separated batch sizes")
     parser.add_argument("--temperature", default="0", help="comma-separated temperatures")
+    cli.add_bool(parser, "fixed_costs", False,
+                 "also time every mode with max_new_tokens = 1 and split its time into "
+                 "per-call fixed costs and loop iterations (the decode_* fields); doubles "
+                 "the compiled programs, so keep to a few k per run")
     return parser.parse_args(argv)
 
 
@@ -183,7 +192,8 @@ def per_row_acceptance(stats) -> List[float]:
 
 def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Sequence[int],
             sampling: tfspec.Sampling, max_new_tokens: int, repeats: int, seed: int = 0,
-            eos_id="target", jit_compile: Optional[bool] = True) -> List[dict]:
+            eos_id="target", jit_compile: Optional[bool] = True,
+            fixed_costs: bool = False) -> List[dict]:
     """Times target AR, draft AR and speculative decoding at every k over `batches`.
 
     Each timed call decodes every batch of `batches` (one `generate` call per batch, all of
@@ -208,11 +218,13 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     # The same calls stopped after one loop iteration: they split each time into fixed and
     # per-iteration parts (see the module docstring).
     first_fns = ([call(target, 0, new_tokens=1), call(draft, 0, new_tokens=1)]
-                 + [call(target, k, draft, new_tokens=1) for k in ks])
+                 + [call(target, k, draft, new_tokens=1) for k in ks]) if fixed_costs else []
     all_times, all_gens = timing.interleaved_runs(fns + first_fns, repeats)
     times, gens = all_times[:len(fns)], all_gens[:len(fns)]
-    phases = [split_phases(full, one, _loop_steps(full_gens), len(batches))
-              for full, one, full_gens in zip(times, all_times[len(fns):], gens)]
+    nan = float("nan")
+    phases = ([split_phases(full, one, _loop_steps(full_gens), len(batches))
+               for full, one, full_gens in zip(times, all_times[len(fns):], gens)]
+              if fixed_costs else [(nan, nan)] * len(fns))
     ar_time, draft_time = times[0], times[1]
     ar_gen, draft_gen = gens[0], gens[1]
     (target_step_s, ar_fixed_s), (draft_step_s, _) = phases[0], phases[1]
@@ -291,7 +303,8 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
         batch_sizes: Sequence[int] = (1,), temperatures: Sequence[float] = (0.0,),
         top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, repeats: int = 3,
         seed: int = 0, target_spec: Optional[str] = None,
-        draft_spec: Optional[str] = None, jit_compile: Optional[bool] = True) -> dict:
+        draft_spec: Optional[str] = None, jit_compile: Optional[bool] = True,
+        fixed_costs: bool = False) -> dict:
     """Records for every (k, batch_size, temperature); see the module docstring."""
     records = []
     for batch_size in batch_sizes:
@@ -299,9 +312,9 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
         for temperature in temperatures:
             sampling = tfspec.Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
             records += measure(target, draft, batches, ks, sampling, max_new_tokens, repeats,
-                               seed, jit_compile=jit_compile)
+                               seed, jit_compile=jit_compile, fixed_costs=fixed_costs)
     return {"target": target_spec, "draft": draft_spec, "max_new_tokens": max_new_tokens,
-            "repeats": repeats, "seed": seed,
+            "repeats": repeats, "seed": seed, "fixed_costs": fixed_costs,
             "machine": platform.processor() or platform.machine(), "records": records}
 
 
@@ -311,7 +324,8 @@ def main(argv=None):
         target, draft, pool = load_pair_and_prompts(args)
     result = run(target, draft, pool, _ints(args.k), _ints(args.batch_size),
                  _floats(args.temperature), args.top_k, args.top_p, args.max_new_tokens,
-                 args.repeats, args.seed, args.target, args.draft, jit_compile(args))
+                 args.repeats, args.seed, args.target, args.draft, jit_compile(args),
+                 args.fixed_costs)
     result["prompts"] = args.prompts  # None: the built-in pool.
     timing.print_table(result["records"], COLUMNS)
     timing.write_json(args.json, result)

@@ -85,7 +85,7 @@ def test_self_draft_greedy_accepts_everything_and_keeps_the_contract():
     target = bench_models.load(TINY)
     pool = bench_models.prompts(TINY, target, num_prompts=1, prompt_length=6)
     result = speedup.run(target, target, pool, ks=[2], batch_sizes=[1], temperatures=[0.0],
-                         max_new_tokens=6, repeats=1)
+                         max_new_tokens=6, repeats=1, fixed_costs=True)
     (record,) = result["records"]
     _check_contract(record)
     assert (record["k"], record["batch_size"], record["temperature"]) == (2, 1, 0.0)
@@ -107,6 +107,8 @@ def test_main_writes_one_record_per_k_batch_temperature(tmp_path, capsys):
     result = json.loads(out.read_text())
     (record,) = result["records"]
     _check_contract(record)
+    # Without --fixed_costs the decomposition is not measured: its fields are nan.
+    assert not result["fixed_costs"] and math.isnan(record["round_ms"])
     assert (record["k"], record["batch_size"], record["temperature"]) == (1, 2, 1.0)
     assert len(record["per_row_acceptance"]) == 2 and record["num_batches"] == 1
     assert result["target"] == TINY and result["draft"] == TINY_DRAFT
@@ -128,3 +130,15 @@ def test_checkpoint_prompts_are_tokenized_held_out_code(monkeypatch):
     target = types.SimpleNamespace(tokenizer_path=spm, max_prompt_length=3)
     pool = bench_models.prompts("some/checkpoint", target, num_prompts=5)
     assert pool == [tokenizer.encode(item["prompt"])[-3:] for item in items]
+
+
+def test_main_fixed_costs_flag_measures_the_decomposition(tmp_path):
+    out = tmp_path / "speedup.json"
+    speedup.main(["--target", TINY, "--draft", TINY, "--k", "2", "--temperature", "0",
+                  "--max_new_tokens", "6", "--repeats", "1", "--num_prompts", "1", "--eager",
+                  "--fixed_costs", "--json", str(out)])
+    result = json.loads(out.read_text())
+    (record,) = result["records"]
+    assert result["fixed_costs"]
+    _check_contract(record)
+    assert math.isfinite(record["round_ms"]) and math.isfinite(record["spec_fixed_ms"])
