@@ -29,17 +29,31 @@ def _check_contract(record):
     assert record["predicted_speedup"] == pytest.approx(
         walltime.predicted_speedup(a, record["k"], record["draft_cost_ratio"]))
     # The decode-phase fields are consistent with each other (nan: every call ended in its
-    # first loop iteration, see `speedup.split_phases`).
+    # first loop iteration, see `speedup.split_phases`; ratios over a non-positive time,
+    # which tiny models' noisy eager timings can give, are nan too).
     if math.isnan(record["round_ms"]):
         return
     assert record["formula_round_ms"] == pytest.approx(
         record["k"] * record["draft_step_ms"] + record["target_step_ms"])
-    assert record["round_over_formula"] == pytest.approx(
-        record["round_ms"] / record["formula_round_ms"])
-    assert record["decode_predicted_speedup"] == pytest.approx(walltime.predicted_speedup(
-        a, record["k"], record["draft_step_ms"] / record["target_step_ms"]))
-    assert record["decode_over_predicted"] == pytest.approx(
-        record["decode_speedup"] / record["decode_predicted_speedup"])
+    _same(record["round_over_formula"], _ratio(record["round_ms"], record["formula_round_ms"]))
+    c = _ratio(record["draft_step_ms"], record["target_step_ms"])  # nan or negative: no prediction
+    _same(record["decode_predicted_speedup"],
+          walltime.predicted_speedup(a, record["k"], c) if c >= 0 else math.nan)
+    _same(record["decode_over_predicted"],
+          _ratio(record["decode_speedup"], record["decode_predicted_speedup"]))
+
+
+def _ratio(numerator, denominator):
+    if not (math.isfinite(numerator) and math.isfinite(denominator)) or denominator <= 0:
+        return math.nan
+    return numerator / denominator
+
+
+def _same(got, want):
+    if math.isnan(want):
+        assert math.isnan(got)
+    else:
+        assert got == pytest.approx(want)
 
 
 @pytest.mark.parametrize("fixed, per_iteration, iterations, calls", [
@@ -94,7 +108,7 @@ def test_self_draft_greedy_accepts_everything_and_keeps_the_contract():
     assert record["beta_mean"] == pytest.approx(1.0)
     assert record["tokens_spec"] == record["tokens_ar"]
     assert record["rounds"] >= 2  # So the decode-phase fields were checked, and finite:
-    for key in ("ar_fixed_ms", "spec_fixed_ms", "round_ms", "decode_speedup"):
+    for key in ("ar_fixed_ms", "spec_fixed_ms", "round_ms"):
         assert math.isfinite(record[key]), key
 
 
