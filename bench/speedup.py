@@ -21,10 +21,10 @@ loop at every k, in turn, so noise on a shared machine hits all alike):
 The formula models decoding only, but every request also pays once for its encoders (both
 of them when speculating) and the call. With short outputs (the built-in pool ends at EOS
 after ~27 tokens, with prompts of up to ~300) that one-off cost is a large share of the
-time, and it also inflates the c above. With --fixed_costs every mode is timed a second time, interleaved
-with the rest, with max_new_tokens = 1 (one loop iteration per call), which splits its time
-into a per-call fixed cost and a per-iteration cost (with --fixed_costs; the fields are nan
-without it):
+time, and it also inflates the c above. With --fixed_costs every mode is timed a second
+time, interleaved with the rest, with max_new_tokens = 1 (one loop iteration per call),
+which splits its time into a per-call fixed cost and a per-iteration cost (without the flag
+these fields are nan):
 
     full = calls x fixed + iterations x per_iteration     (iterations: loop rounds or steps,
     one  = calls x fixed + calls x per_iteration           summed over the calls)
