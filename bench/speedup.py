@@ -239,7 +239,7 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
         stats = tfspec.DecodeStats.concatenate([gen.stats for gen in spec_gens])
         spec_ms = 1e3 * spec_time / max(1, _real_tokens(spec_gens))
         a = _alpha(stats.beta_mean, stats.acceptance_rate)
-        predicted = walltime.predicted_speedup(a, k, c) if math.isfinite(a) else float("nan")
+        predicted = _formula_or_nan(a, k, c)
         speedup = ar_ms / spec_ms
         formula_round_s = k * draft_step_s + target_step_s
         decode_spec_ms = (1e3 * round_s * _loop_steps(spec_gens)
