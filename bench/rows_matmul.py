@@ -14,10 +14,13 @@ compiled 32-step loop of the product, interleaved, both ways:
 Then, end to end on the embedded pair (greedy, the first held-out prompt, batch 1, EOS off so
 that every call decodes exactly --short or --long tokens), the per-token slope of
 `tfspec.generate` between the two, with XLA's products (`tfspec.kernels.use(False)`), with
-the kernel and helper threads that sleep after every product (`kernels.helper_spin(0)`), and
-with the kernel as shipped (helpers poll for `kernels.DEFAULT_HELPER_SPIN_US` first),
-interleaved in one run (records: mode, kernel, helper_spin_us, ms_per_token,
-speedup_vs_xla_ar).
+the kernel on float32 panels (`kernels.half_width(False)`), and with the kernel as shipped
+(half-width panels wherever the weights are bfloat16 values, as the embedded pair's are),
+interleaved in one run (records: mode, kernel, half_width, helper_spin_us, ms_per_token,
+speedup_vs_xla_ar). Helpers poll `kernels.DEFAULT_HELPER_SPIN_US` in every case (helpers
+that sleep after every product were measured against that in
+`bench/results/rows_matmul.json` before half-width panels: 3.90 vs 3.60 ms/token
+speculative).
 
 Last, a whole T5 decode call of --target (every product, attention over the real cache,
 the LM head) at each of --windows positions, in one compiled loop, both ways: what a verify
@@ -46,7 +49,8 @@ from tfspec import kernels
 
 COLUMNS = ["product", "k_dim", "n_dim", "rows", "xla_us", "kernel_us", "kernel/xla",
            "xla_vs_row1", "kernel_vs_row1"]
-E2E_COLUMNS = ["mode", "kernel", "ms_per_token", "request_ms_long", "speedup_vs_xla_ar"]
+E2E_COLUMNS = ["mode", "kernel", "half_width", "ms_per_token", "request_ms_long",
+               "speedup_vs_xla_ar"]
 WINDOW_COLUMNS = ["window", "xla_ms", "kernel_ms", "kernel/xla", "xla_vs_window1",
                   "kernel_vs_window1"]
 _WINDOW_CALLS = (4, 36)  # decode calls of the short and the long loop; their difference is timed
@@ -136,16 +140,16 @@ def measure_products(config, row_counts: Sequence[int], repeats: int,
 def measure_end_to_end(target, draft, prompt, k: int, short: int, long: int,
                        repeats: int) -> List[dict]:
     """Per-token slope of generate between `short` and `long` new tokens: XLA's products,
-    the kernel with helpers that sleep after every product, the kernel as shipped."""
+    the kernel on float32 panels, the kernel as shipped (half-width panels where exact)."""
     greedy = tfspec.Sampling(temperature=0.0)
-    settings = [(False, kernels.DEFAULT_HELPER_SPIN_US), (True, 0),
-                (True, kernels.DEFAULT_HELPER_SPIN_US)]
-    cases = [(use, spin, mode) for use, spin in settings
+    spin = kernels.DEFAULT_HELPER_SPIN_US
+    settings = [(False, False), (True, False), (True, True)]  # (kernel, half_width)
+    cases = [(use, half, mode) for use, half in settings
              for mode in ("autoregressive", "speculative")]
 
-    def call(use, spin, mode, n):
+    def call(use, half, mode, n):
         def fn():
-            with kernels.use(use), kernels.helper_spin(spin):
+            with kernels.use(use), kernels.half_width(half), kernels.helper_spin(spin):
                 gen = tfspec.generate(target, [prompt], draft=draft if mode == "speculative"
                                       else None, k=k if mode == "speculative" else 0,
                                       max_new_tokens=n, seed=0, sampling=greedy,
@@ -153,12 +157,13 @@ def measure_end_to_end(target, draft, prompt, k: int, short: int, long: int,
             return int(gen.lengths[0])
         return fn
 
-    fns = [call(use, spin, mode, n) for use, spin, mode in cases for n in (short, long)]
+    fns = [call(use, half, mode, n) for use, half, mode in cases for n in (short, long)]
     times, lengths = timing.interleaved_runs(fns, repeats)
     records = []
-    for i, (use, spin, mode) in enumerate(cases):
+    for i, (use, half, mode) in enumerate(cases):
         (t_short, t_long), (n_short, n_long) = times[2 * i:2 * i + 2], lengths[2 * i:2 * i + 2]
-        records.append({"mode": mode, "kernel": use, "helper_spin_us": spin if use else None,
+        records.append({"mode": mode, "kernel": use, "half_width": half if use else None,
+                        "helper_spin_us": spin if use else None,
                         "new_tokens": [n_short, n_long],
                         "ms_per_token": (t_long - t_short) / max(1, n_long - n_short) * 1e3,
                         "request_ms_long": t_long * 1e3})

@@ -150,8 +150,10 @@ def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, acce
     if jit_compile is None:  # Eager: tf.while_loop runs as a Python loop; nothing cached.
         return _loop_body(lambda: target, lambda: draft, config, accept_fn, draft_sample_fn)
     table = _COMPILED.setdefault(target, _CompiledLoops()).table(draft)
-    # Whether few-row products use tfspec.kernels is decided when the loop is traced.
-    key = (config, jit_compile, accept_fn, draft_sample_fn, kernels.allowed())
+    # Whether few-row products use tfspec.kernels, and from which panel variables (their
+    # widths), is decided when the loop is traced.
+    key = (config, jit_compile, accept_fn, draft_sample_fn, kernels.allowed(),
+           kernels.panel_layout(target), None if draft is None else kernels.panel_layout(draft))
     if key not in table:
         # Weak references: the cache entry must not keep its own keys alive. The function
         # only runs while the target is alive (it is reached through the target's entry).

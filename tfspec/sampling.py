@@ -108,23 +108,69 @@ def nucleus_cutoff(probs: tf.Tensor, top_p: float) -> tf.Tensor:
     return tf.bitcast(hi, tf.float32)
 
 
+def _block_size(vocab_size: int) -> int:
+    """The smallest power of two >= sqrt(V): both levels of `sample_categorical` are then
+    about sqrt(V) wide (V = 8192: 64 blocks of 128)."""
+    size = 1
+    while size * size < vocab_size:
+        size *= 2
+    return size
+
+
+def _first_above(cdf: tf.Tensor, threshold: tf.Tensor, mass: tf.Tensor) -> tf.Tensor:
+    """int32 [...]: the first index i with cdf[i] > threshold and mass[i] > 0; if rounding
+    leaves none (u * total rounded up to the total), the last index with mass > 0.
+
+    cdf, mass: float32 [..., W]; threshold: float32 [..., 1]. Requiring mass > 0 (not only a
+    step of the cdf) keeps zero-mass entries out whatever order XLA sums the cdf in.
+    """
+    width = cdf.shape[-1]
+    positive = mass > 0
+    above = (cdf > threshold) & positive
+    first = tf.argmax(tf.cast(above, tf.int32), axis=-1, output_type=tf.int32)
+    last_positive = tf.reduce_max(tf.where(positive, tf.range(width), 0), axis=-1)
+    return tf.where(tf.reduce_any(above, axis=-1), first, last_positive)
+
+
 def sample_categorical(probs: tf.Tensor, uniforms: tf.Tensor) -> tf.Tensor:
-    """Inverse-CDF draw: one token per distribution from one uniform.
+    """Inverse-CDF draw: one token per distribution from one uniform, in two levels.
+
+    The token is the first index whose cumulative mass exceeds u * (total mass), as a single
+    cumulative sum over the vocabulary would give; but a cumulative sum over V entries is
+    ~10 reduce-window passes in XLA:CPU (~0.1 ms per draft step for V = 8192, measured in
+    an XLA profile), so the vocabulary is cut into blocks of `_block_size(V)`: the block
+    sums give a short cumulative sum that picks the block, and one gathered block gives the
+    token inside it. Both levels are about sqrt(V) wide.
+
+    Worked example, V = 4 (blocks of 2), probs [0.1, 0.3, 0.0, 0.6], u = 0.5: block sums
+    [0.4, 0.6], block cdf [0.4, 1.0], threshold 0.5 -> block 1 (the first above 0.5); inside
+    it the threshold is 0.5 - 0.4 = 0.1 over the block's cdf [0.0, 0.6] -> its entry 1,
+    token 3. Entry 0 of block 1 (token 2) has no mass and is never returned.
 
     Args:
       probs: float32 [..., V], non-negative, not necessarily normalised (mass > 0).
       uniforms: float32 [...] in [0, 1).
 
     Returns:
-      int32 [...]: the first index whose cumulative mass exceeds u * total mass. A token of
-      zero mass is never returned: its cumulative value equals its predecessor's, so it can
-      only be the answer through rounding at the very top, which the clamp below prevents.
+      int32 [...]: a token of positive mass; token x is drawn with probability
+      probs[x] / sum(probs) up to float32 rounding of the cumulative sums.
     """
-    cdf = tf.cumsum(probs, axis=-1)
-    threshold = uniforms[..., None] * cdf[..., -1:]
-    index = tf.reduce_sum(tf.cast(cdf <= threshold, tf.int32), axis=-1)
-    # u * total can round up to total; fall back to the last token with positive mass.
     vocab_size = probs.shape[-1]
-    positive = tf.cast(probs > 0, tf.int32) * tf.range(vocab_size, dtype=tf.int32)
-    last_positive = tf.reduce_max(positive, axis=-1)
-    return tf.minimum(index, last_positive)
+    block = _block_size(vocab_size)
+    num_blocks = -(-vocab_size // block)
+    lead = tf.shape(probs)[:-1]
+    if num_blocks * block != vocab_size:  # Zero-mass padding: never returned.
+        paddings = [[0, 0]] * (len(probs.shape) - 1) + [[0, num_blocks * block - vocab_size]]
+        probs = tf.pad(probs, paddings)
+    blocks = tf.reshape(probs, tf.concat([lead, [num_blocks, block]], axis=0))  # [..., n, b]
+    block_mass = tf.reduce_sum(blocks, axis=-1)                               # [..., n]
+    block_cdf = tf.cumsum(block_mass, axis=-1)
+    threshold = uniforms[..., None] * block_cdf[..., -1:]                     # [..., 1]
+    chosen = _first_above(block_cdf, threshold, block_mass)                  # [..., ]
+    batch_dims = len(probs.shape) - 1
+    # The mass before the chosen block (exclusive cdf), and the block's own entries.
+    mass_before = tf.gather(block_cdf - block_mass, chosen[..., None], axis=-1,
+                            batch_dims=batch_dims)                           # [..., 1]
+    inside = tf.gather(blocks, chosen, axis=batch_dims, batch_dims=batch_dims)  # [..., b]
+    offset = _first_above(tf.cumsum(inside, axis=-1), threshold - mass_before, inside)
+    return chosen * block + offset

@@ -31,10 +31,10 @@ def test_products_and_end_to_end_records(tmp_path, capsys):
             assert r["kernel_vs_row1"] == pytest.approx(1.0)
     e2e = payload["end_to_end"]
     spin = kernels.DEFAULT_HELPER_SPIN_US
-    assert [(r["mode"], r["kernel"], r["helper_spin_us"]) for r in e2e] == [
-        ("autoregressive", False, None), ("speculative", False, None),
-        ("autoregressive", True, 0), ("speculative", True, 0),
-        ("autoregressive", True, spin), ("speculative", True, spin)]
+    assert [(r["mode"], r["kernel"], r["half_width"], r["helper_spin_us"]) for r in e2e] == [
+        ("autoregressive", False, None, None), ("speculative", False, None, None),
+        ("autoregressive", True, False, spin), ("speculative", True, False, spin),
+        ("autoregressive", True, True, spin), ("speculative", True, True, spin)]
     assert e2e[0]["speedup_vs_xla_ar"] == pytest.approx(1.0)
     windows = payload["decode_windows"]
     assert [w["window"] for w in windows] == [1, 5]

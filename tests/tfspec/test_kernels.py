@@ -36,6 +36,59 @@ def test_matmul_matches_float64_product(rows, k_dim, n_dim):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(k_dim))
 
 
+def _to_bfloat16_values(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 (their low 16 bits zero), still float32."""
+    return tf.cast(tf.cast(values, tf.bfloat16), tf.float32).numpy()
+
+
+@pytest.mark.parametrize("rows", [1, 5, 7, 13])
+@pytest.mark.parametrize("k_dim,n_dim", [(8, 5), (40, 40), (384, 1024)])
+def test_half_width_panels_give_the_float32_products_bit_for_bit(rows, k_dim, n_dim):
+    rng = np.random.default_rng(rows * 100 + n_dim)
+    x = tf.constant(rng.standard_normal((rows, k_dim)).astype(np.float32))
+    kernel = tf.constant(_to_bfloat16_values(rng.standard_normal((k_dim, n_dim))))
+    full, half = kernels.panels(kernel), kernels.panels(kernel, half_width=True)
+    assert half.dtype == tf.bfloat16 and half.shape == full.shape
+    fn = tf.function(lambda a, p: kernels.matmul(a, p, n_dim), jit_compile=True,
+                     autograph=False)
+    np.testing.assert_array_equal(fn(x, half).numpy(), fn(x, full).numpy())
+
+
+@pytest.mark.parametrize("values,exact", [
+    ([1.0, -2.5, 0.0, -0.0, 2.0 ** 127, float("inf")], True),
+    ([1.0, 1.0 + 2.0 ** -10], False),          # needs more than bfloat16's 8 mantissa bits
+    ([1.0e-40], False),                        # a float32 denormal below bfloat16's range
+])
+def test_bfloat16_exact(values, exact):
+    assert kernels.bfloat16_exact(tf.constant(values, tf.float32)) is exact
+
+
+def test_panel_cache_packs_half_width_only_where_exact():
+    exact = tf.Variable(_to_bfloat16_values(np.linspace(-1, 1, 80).reshape(4, 20)))
+    inexact = tf.Variable(np.linspace(-1, 1, 160, dtype=np.float32).reshape(20, 8) / 3)
+    cache = kernels.PanelCache([lambda: tf.convert_to_tensor(exact),
+                                lambda: tf.convert_to_tensor(inexact)], [[exact], [inexact]])
+    cache.refresh()
+    assert cache.layout == (True, False)
+    assert [v.dtype for v in cache.variables()] == [tf.bfloat16, tf.float32]
+    np.testing.assert_array_equal(tf.cast(cache.variables()[0], tf.float32).numpy(),
+                                  kernels.panels(exact).numpy())
+    # Training moves the weights off the bfloat16 grid: that matrix goes back to float32.
+    exact[0, 0].assign(1.0 + 2.0 ** -12)
+    assert cache.refresh() == 1 and cache.layout == (False, False)
+    np.testing.assert_array_equal(cache.variables()[0].numpy(), kernels.panels(exact).numpy())
+    with kernels.half_width(False):
+        assert cache.refresh() == 0
+    exact[0, 0].assign(1.0)
+    with kernels.half_width(False):
+        assert cache.refresh() == 1 and cache.layout == (False, False)
+        assert cache.refresh() == 0
+    assert cache.refresh() == 1 and cache.layout == (True, False)
+    assert cache.refresh() == 0
+    with kernels.half_width(False):
+        assert cache.refresh() == 1 and cache.layout == (False, False)
+
+
 def test_rows_do_not_depend_on_their_companions():
     """Row r of a 9-row call is bitwise the 1-row call of row r (same FMA chain)."""
     rng = np.random.default_rng(0)
@@ -202,6 +255,51 @@ def test_changed_weights_are_never_decoded_with_stale_panels(monkeypatch):
         mine.assign(theirs)
     monkeypatch.setattr(kernels.PanelCache, "refresh", lambda self: 0)
     assert not np.array_equal(run(model), before)  # Stale panels: the bug is visible.
+
+
+def _bfloat16_valued(model):
+    """`model` with every weight rounded to bfloat16 values (as a bfloat16 checkpoint loaded
+    as float32 has), so that all its panels are half-width."""
+    for w in model.weights:
+        w.assign(_to_bfloat16_values(w.numpy()))
+    return model
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_half_width_panels_decode_what_float32_panels_decode(temperature):
+    target, draft = _bfloat16_valued(_model(3)), _bfloat16_valued(_model(4))
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    kwargs = dict(draft=draft, k=3, max_new_tokens=12, seed=2,
+                  sampling=tfspec.Sampling(temperature=temperature))
+    with kernels.half_width(False):
+        full = tfspec.generate(target, prompts, **kwargs)
+        assert not any(kernels.panel_layout(target))
+    half = tfspec.generate(target, prompts, **kwargs)
+    assert all(kernels.panel_layout(target)) and all(kernels.panel_layout(draft))
+    np.testing.assert_array_equal(half.tokens, full.tokens)
+    np.testing.assert_array_equal(half.stats.accepted, full.stats.accepted)
+
+
+def test_switching_panel_widths_never_decodes_stale_weights():
+    """A program traced with half-width panels, then weights changed while another width was
+    in use, then the first width again: the first program must read the new weights."""
+    prompts = [[5, 6, 7, 8]]
+    greedy = tfspec.Sampling(temperature=0.0)
+    model, other = _bfloat16_valued(_model(3)), _bfloat16_valued(_model(11))
+
+    def run(m):
+        return tfspec.generate(m, prompts, k=0, max_new_tokens=12, seed=0,
+                               sampling=greedy).tokens
+
+    before = run(model)                          # traced with half-width panels
+    with kernels.half_width(False):
+        run(model)                               # traced with float32 panels
+        for mine, theirs in zip(model.weights, other.weights):
+            mine.assign(theirs)
+        run(model)
+    want = run(_copy_of(other))
+    assert not np.array_equal(want, before)      # The test needs outputs that differ.
+    np.testing.assert_array_equal(run(model), want)
 
 
 def _copy_of(model):

@@ -44,6 +44,34 @@ def test_sample_categorical_never_picks_zero_mass():
     np.testing.assert_array_equal(out, [1, 1, 3, 3, 3])
 
 
+@pytest.mark.parametrize("vocab_size", [1, 2, 5, 37, 1000, 8192])
+def test_sample_categorical_is_the_inverse_cdf(vocab_size):
+    """Both levels together pick the first token whose float64 cumulative mass exceeds
+    u * total, except within float32 rounding of a boundary."""
+    rng = np.random.default_rng(vocab_size)
+    probs = rng.dirichlet(np.full(vocab_size, 0.3), size=2000).astype(np.float32)
+    probs[:, rng.random(vocab_size) < 0.3] = 0.0       # zero-mass tokens, whole blocks too
+    probs[:, -1] += 1e-3                                # every row keeps some mass
+    u = rng.random(2000).astype(np.float32)
+    got = sampling.sample_categorical(tf.constant(probs), tf.constant(u)).numpy()
+    cdf = np.cumsum(probs.astype(np.float64), axis=-1)
+    threshold = u * cdf[:, -1]
+    want = (cdf <= threshold[:, None]).sum(axis=-1)
+    near = np.abs(cdf - threshold[:, None]).min(axis=-1) < 1e-6 * cdf[:, -1]
+    assert (probs[np.arange(2000), got] > 0).all()
+    np.testing.assert_array_equal(got[~near], want[~near])
+    assert near.mean() < 0.02
+
+
+def test_sample_categorical_skips_zero_mass_blocks():
+    # V = 16: four blocks of four; blocks 0 and 2 hold no mass.
+    probs = np.zeros([4, 16], np.float32)
+    probs[:, 5] = probs[:, 15] = 0.5
+    u = tf.constant([0.0, 0.49, 0.5, 1.0 - 2.0 ** -24])
+    got = sampling.sample_categorical(tf.constant(probs), u).numpy()
+    np.testing.assert_array_equal(got, [5, 5, 15, 15])
+
+
 def test_sample_categorical_frequencies():
     probs = np.array([0.1, 0.6, 0.3])
     u = (np.arange(30000) + 0.5) / 30000

@@ -14,6 +14,13 @@ is columns 16p .. 16p + 15 (zero past N), contiguous over k. A row-major kernel
 walked 16 columns at a time jumps a whole row (often a 4 KB page) per k, which defeats the
 hardware prefetcher; a panel is one contiguous stream.
 
+Half-width panels: a float32 kernel whose every value is a bfloat16 (the low 16 bits of each
+float are zero, as for a bfloat16 checkpoint loaded as float32, like the embedded pair) is
+packed as bfloat16 panels (`panels(w, half_width=True)`), which the kernel widens back bit
+for bit: the same products, from half the bytes. A decode step streams every weight once and
+is bandwidth-bound, so it is that much faster (`bench.rows_matmul`); `PanelCache` picks the
+width per matrix (`bfloat16_exact`), and `half_width(False)` turns it off for comparisons.
+
 Exactness: each output element is the same float32 fused multiply-add chain over
 k = 0 .. K - 1 whatever the number of rows, the row block or the thread, so a row never
 depends on its companions in the call, and 1-row and (k + 1)-row calls of one model round
@@ -51,6 +58,7 @@ MAX_ROWS = 48
 `bench.rows_matmul`)."""
 
 TARGET_NAME = "tfspec_rows_matmul_f32"
+HALF_WIDTH_TARGET_NAME = "tfspec_rows_matmul_bf16w"
 _ENV_SWITCH = "TFSPEC_ROWS_MATMUL"
 _SOURCE = pathlib.Path(__file__).with_name("rows_matmul.cc")
 _FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-pthread")
@@ -181,6 +189,26 @@ def use(value: bool):
         _allowed = previous
 
 
+_half_width_allowed = True
+
+
+def half_width_allowed() -> bool:
+    """False inside `half_width(False)`."""
+    return _half_width_allowed
+
+
+@contextlib.contextmanager
+def half_width(value: bool):
+    """Within the block, `PanelCache.refresh` packs every matrix as float32 panels unless
+    `value` (process-wide; for benchmarks comparing both widths in one run)."""
+    global _half_width_allowed
+    previous, _half_width_allowed = _half_width_allowed, bool(value)
+    try:
+        yield
+    finally:
+        _half_width_allowed = previous
+
+
 DEFAULT_HELPER_SPIN_US = 300
 """How long (microseconds) the kernel's helper threads poll for the next product before they
 sleep. A decode step's products come microseconds apart, and a helper woken for each one
@@ -216,20 +244,29 @@ def enabled() -> bool:
     return _allowed and _in_xla_program() and _on_cpu() and _load()
 
 
-def panels(kernel: tf.Tensor) -> tf.Tensor:
-    """float32 [K, N] -> float32 [ceil(N / 16), K, 16], zero-padded past N (see the module
-    docstring)."""
+def panels(kernel: tf.Tensor, half_width: bool = False) -> tf.Tensor:
+    """float32 [K, N] -> [ceil(N / 16), K, 16], zero-padded past N (see the module
+    docstring): float32, or with `half_width` bfloat16 (only for a `bfloat16_exact` kernel:
+    the cast is then exact)."""
     k_dim, n_dim = kernel.shape
     padded = -(-n_dim // PANEL) * PANEL
     kernel = tf.cast(kernel, tf.float32)
     if padded != n_dim:
         kernel = tf.pad(kernel, [[0, 0], [0, padded - n_dim]])
-    return tf.transpose(tf.reshape(kernel, [k_dim, padded // PANEL, PANEL]), [1, 0, 2])
+    packed = tf.transpose(tf.reshape(kernel, [k_dim, padded // PANEL, PANEL]), [1, 0, 2])
+    return tf.cast(packed, tf.bfloat16) if half_width else packed
+
+
+def bfloat16_exact(kernel: tf.Tensor) -> bool:
+    """Whether every float32 value of `kernel` is a bfloat16 (its low 16 bits are zero), so
+    that half-width panels hold it exactly (eager)."""
+    bits = tf.bitcast(tf.cast(kernel, tf.float32), tf.int32)
+    return bool(tf.reduce_all(tf.equal(tf.bitwise.bitwise_and(bits, 0xFFFF), 0)))
 
 
 def matmul(x: tf.Tensor, kernel_panels: tf.Tensor, n_dim: int) -> tf.Tensor:
-    """x float32 [..., K] (static shape) @ the [K, n_dim] kernel of `kernel_panels` ->
-    float32 [..., n_dim].
+    """x float32 [..., K] (static shape) @ the [K, n_dim] kernel of `kernel_panels` (float32
+    or half-width bfloat16 panels) -> float32 [..., n_dim].
 
     Only inside an XLA-compiled function on CPU, with `enabled()` True.
     """
@@ -241,7 +278,8 @@ def matmul(x: tf.Tensor, kernel_panels: tf.Tensor, n_dim: int) -> tf.Tensor:
     for d in leading:
         rows *= d
     flat = tf.reshape(tf.cast(x, tf.float32), [rows, k_dim])
-    (y,) = _custom_call([flat, kernel_panels], TARGET_NAME, f"{rows},{k_dim},{n_dim}", False,
+    target = HALF_WIDTH_TARGET_NAME if kernel_panels.dtype == tf.bfloat16 else TARGET_NAME
+    (y,) = _custom_call([flat, kernel_panels], target, f"{rows},{k_dim},{n_dim}", False,
                         [tf.float32], [[rows, n_dim]])
     return tf.reshape(y, list(leading) + [n_dim])
 
@@ -294,37 +332,64 @@ class PanelCache:
         self._source_variables = [list(v) for v in source_variables]
         self._variables: List[Optional[tf.Variable]] = [None] * len(self._sources)
         self._fingerprints: List[Optional[tuple]] = [None] * len(self._sources)
+        self._half_width: List[Optional[bool]] = [None] * len(self._sources)
+        self._packed_with: List[Optional[bool]] = [None] * len(self._sources)  # the setting
+        self._by_width: List[dict] = [{} for _ in self._sources]  # {half_width: variable}
         every = [v for group in self._source_variables for v in group]
         self._fingerprint_all = tf.function(lambda: fingerprints(every), jit_compile=True,
                                             autograph=False)
-        # Eager, and only when a source changed (a tf.function per source would retrace
-        # once each, and warn).
-        self._pack = [lambda fn=fn: panels(fn()) for fn in self._sources]
 
     def refresh(self) -> int:
-        """Re-packs the matrices whose sources changed (eager). Returns how many were."""
+        """Re-packs the matrices whose sources (or the `half_width` setting) changed
+        (eager). Returns how many were.
+
+        A matrix is packed half-width when allowed and `bfloat16_exact`. A variable cannot
+        change dtype, so each width has its own panel variable, and `layout` says which one
+        `variables` returns: callers that cache compiled programs key them by `layout`
+        (`tfspec.generate` does), because a program reads the variables it was traced with.
+        """
         values = [tuple(row) for row in self._fingerprint_all().numpy().tolist()]
         repacked, start = 0, 0
         for i, group in enumerate(self._source_variables):
             current = tuple(values[start:start + len(group)])
             start += len(group)
-            if current == self._fingerprints[i]:
+            # Same sources: re-pack only if the setting now asks for another width (float32
+            # where half-width is no longer allowed; a new look where it was not allowed).
+            width_stale = (not self._packed_with[i] if _half_width_allowed
+                           else self._half_width[i])
+            if current == self._fingerprints[i] and not width_stale:
                 continue
-            packed = self._pack[i]()
-            if self._variables[i] is None:
-                self._variables[i] = tf.Variable(packed, trainable=False)
+            # Eager, and only when a source changed (a tf.function per source would retrace
+            # once each, and warn).
+            source = self._sources[i]()
+            half = _half_width_allowed and bfloat16_exact(source)
+            packed = panels(source, half_width=half)
+            # One variable per width, kept: a program traced with either width reads a
+            # variable that every later refresh to that width rewrites.
+            variable = self._by_width[i].get(half)
+            if variable is None:
+                variable = self._by_width[i][half] = tf.Variable(packed, trainable=False)
             else:
-                self._variables[i].assign(packed)
+                variable.assign(packed)
+            self._variables[i] = variable
             self._fingerprints[i] = current
+            self._half_width[i] = half
+            self._packed_with[i] = _half_width_allowed
             repacked += 1
         return repacked
+
+    @property
+    def layout(self) -> tuple:
+        """Per matrix, whether its panels are half-width (None before the first refresh)."""
+        return tuple(self._half_width)
 
     @property
     def ready(self) -> bool:
         return all(v is not None for v in self._variables)
 
     def variables(self) -> List[tf.Variable]:
-        """The panel variables, [N / 16, K, 16] each, in the order of `sources`."""
+        """The panel variables, [N / 16, K, 16] each (float32, or bfloat16 where half-width),
+        in the order of `sources`."""
         return list(self._variables)
 
 
@@ -344,6 +409,13 @@ def panel_cache(model, make: Callable[[], PanelCache]) -> PanelCache:
 def existing_panel_cache(model) -> Optional[PanelCache]:
     """The model's `PanelCache` if `panel_cache` made one, else None."""
     return _CACHES.get(model)
+
+
+def panel_layout(model) -> Optional[tuple]:
+    """The `PanelCache.layout` of `model`'s panels, or None without any: programs traced
+    with one layout must not run with another."""
+    cache = _CACHES.get(model)
+    return None if cache is None else cache.layout
 
 
 def usable_outside_trace() -> bool:

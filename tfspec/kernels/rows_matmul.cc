@@ -15,6 +15,12 @@
 // column strip by column strip touches a new 4 KB page on every k (no hardware prefetch across
 // pages); a panel is one contiguous stream.
 //
+// Half-width panels (tfspec_rows_matmul_bf16w): the same layout holding the upper 16 bits of
+// each float32 weight (bfloat16). They are made only for weights whose lower 16 bits are
+// all zero (bfloat16 checkpoints loaded as float32), so widening them back (a 16-bit shift)
+// gives the float32 weights bit for bit and the products are identical to the float32
+// panels' while half the bytes stream from memory: a decode step is bandwidth-bound.
+//
 // Exactness: every output element is the same sequence of float32 FMAs over k = 0 .. K-1,
 // whatever M, the row block or the thread: rows do not depend on their companions.
 //
@@ -67,9 +73,32 @@ bool ParseDims(const char* opaque, size_t len, Dims* d) {
 // rows; the R x 16 accumulators are named registers (an array of __m256 was spilled to the
 // stack on every k by GCC 12). y[r, c] is the fused multiply-add chain over k = 0 .. K-1 in
 // order, whatever R, the panel range or the thread.
-template <int R>
+// The 16 weights of panel row k as two 8-float registers: float32 panels load them, half-width
+// (bfloat16 bit) panels widen 16 x 16 bits to the float32 bit patterns they stand for.
+__attribute__((target("avx2"))) inline void LoadRow(const float* row, __m256* w0, __m256* w1) {
+  *w0 = _mm256_loadu_ps(row);
+  *w1 = _mm256_loadu_ps(row + 8);
+}
+__attribute__((target("avx2"))) inline void LoadRow(const uint16_t* row, __m256* w0,
+                                                    __m256* w1) {
+  const __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+  const __m256i low = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(halves));
+  const __m256i high = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(halves, 1));
+  *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(low, 16));
+  *w1 = _mm256_castsi256_ps(_mm256_slli_epi32(high, 16));
+}
+
+inline float Widen(float w) { return w; }
+inline float Widen(uint16_t w) {
+  const uint32_t bits = static_cast<uint32_t>(w) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+template <int R, typename W>
 __attribute__((target("avx2,fma"))) void PanelAvx2(const float* x, long k_dim,
-                                                   const float* panel, float* y, long n_dim,
+                                                   const W* panel, float* y, long n_dim,
                                                    long columns) {
   __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
   __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
@@ -78,8 +107,8 @@ __attribute__((target("avx2,fma"))) void PanelAvx2(const float* x, long k_dim,
   __m256 a4 = _mm256_setzero_ps(), b4 = _mm256_setzero_ps();
   __m256 a5 = _mm256_setzero_ps(), b5 = _mm256_setzero_ps();
   for (long k = 0; k < k_dim; ++k) {
-    const __m256 w0 = _mm256_loadu_ps(panel + k * kPanel);
-    const __m256 w1 = _mm256_loadu_ps(panel + k * kPanel + 8);
+    __m256 w0, w1;
+    LoadRow(panel + k * kPanel, &w0, &w1);
 #define TFSPEC_FMA(r)                                                         \
   if constexpr (R > r) {                                                      \
     const __m256 xb = _mm256_broadcast_ss(x + r * k_dim + k);                 \
@@ -112,13 +141,14 @@ __attribute__((target("avx2,fma"))) void PanelAvx2(const float* x, long k_dim,
 
 // Portable fallback with the same per-element order of operations, for CPUs without
 // AVX2/FMA.
-void PanelScalar(int rows, const float* x, long k_dim, const float* panel, float* y,
+template <typename W>
+void PanelScalar(int rows, const float* x, long k_dim, const W* panel, float* y,
                  long n_dim, long columns) {
   for (int r = 0; r < rows; ++r) {
     for (long c = 0; c < columns; ++c) {
       float acc = 0.0f;
       for (long k = 0; k < k_dim; ++k) {
-        acc = __builtin_fmaf(x[r * k_dim + k], panel[k * kPanel + c], acc);
+        acc = __builtin_fmaf(x[r * k_dim + k], Widen(panel[k * kPanel + c]), acc);
       }
       y[r * n_dim + c] = acc;
     }
@@ -128,13 +158,14 @@ void PanelScalar(int rows, const float* x, long k_dim, const float* panel, float
 const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 
 // Panels [p_begin, p_end) for every row of x, six rows at a time.
-void Panels(const float* x, const float* w_panels, float* y, const Dims& d, long p_begin,
+template <typename W>
+void Panels(const float* x, const W* w_panels, float* y, const Dims& d, long p_begin,
             long p_end) {
   for (long r0 = 0; r0 < d.m; r0 += kMaxRows) {
     const int rows = static_cast<int>(d.m - r0 < kMaxRows ? d.m - r0 : kMaxRows);
     const float* xr = x + r0 * d.k;
     for (long p = p_begin; p < p_end; ++p) {
-      const float* panel = w_panels + p * d.k * kPanel;
+      const W* panel = w_panels + p * d.k * kPanel;
       float* yp = y + r0 * d.n + p * kPanel;
       const long columns = d.n - p * kPanel < kPanel ? d.n - p * kPanel : kPanel;
       if (!kHasAvx2) {
@@ -142,12 +173,12 @@ void Panels(const float* x, const float* w_panels, float* y, const Dims& d, long
         continue;
       }
       switch (rows) {
-        case 1: PanelAvx2<1>(xr, d.k, panel, yp, d.n, columns); break;
-        case 2: PanelAvx2<2>(xr, d.k, panel, yp, d.n, columns); break;
-        case 3: PanelAvx2<3>(xr, d.k, panel, yp, d.n, columns); break;
-        case 4: PanelAvx2<4>(xr, d.k, panel, yp, d.n, columns); break;
-        case 5: PanelAvx2<5>(xr, d.k, panel, yp, d.n, columns); break;
-        default: PanelAvx2<6>(xr, d.k, panel, yp, d.n, columns); break;
+        case 1: PanelAvx2<1, W>(xr, d.k, panel, yp, d.n, columns); break;
+        case 2: PanelAvx2<2, W>(xr, d.k, panel, yp, d.n, columns); break;
+        case 3: PanelAvx2<3, W>(xr, d.k, panel, yp, d.n, columns); break;
+        case 4: PanelAvx2<4, W>(xr, d.k, panel, yp, d.n, columns); break;
+        case 5: PanelAvx2<5, W>(xr, d.k, panel, yp, d.n, columns); break;
+        default: PanelAvx2<6, W>(xr, d.k, panel, yp, d.n, columns); break;
       }
     }
   }
@@ -260,7 +291,8 @@ constexpr long kParallelWork = 1L << 17;
 // the counter is not contended.
 constexpr long kChunksPerThread = 4;
 
-void RowsMatmul(const float* x, const float* w_panels, float* y, const Dims& d) {
+template <typename W>
+void RowsMatmul(const float* x, const W* w_panels, float* y, const Dims& d) {
   const long panels = (d.n + kPanel - 1) / kPanel;
   Pool& pool = Pool::Get();
   const int threads = pool.threads();
@@ -284,6 +316,16 @@ extern "C" void tfspec_rows_matmul_f32(void* out, const void** in, const char* o
   if (!ParseDims(opaque, opaque_len, &d)) return;  // tfspec always passes valid dims.
   // One result: XLA passes the result buffer itself (not a one-element tuple) here.
   RowsMatmul(static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
+             static_cast<float*>(out), d);
+}
+
+// The same product from half-width panels (uint16 bit patterns of bfloat16 weights).
+extern "C" void tfspec_rows_matmul_bf16w(void* out, const void** in, const char* opaque,
+                                         size_t opaque_len, XlaCustomCallStatus_* status) {
+  (void)status;
+  Dims d;
+  if (!ParseDims(opaque, opaque_len, &d)) return;
+  RowsMatmul(static_cast<const float*>(in[0]), static_cast<const uint16_t*>(in[1]),
              static_cast<float*>(out), d);
 }
 
@@ -368,6 +410,8 @@ extern "C" void tfspec_set_helper_spin(long micros) {
 extern "C" int tfspec_register_rows_matmul() {
   xla::CustomCallTargetRegistry::Global()->Register(
       "tfspec_rows_matmul_f32", reinterpret_cast<void*>(&tfspec_rows_matmul_f32), "Host");
+  xla::CustomCallTargetRegistry::Global()->Register(
+      "tfspec_rows_matmul_bf16w", reinterpret_cast<void*>(&tfspec_rows_matmul_bf16w), "Host");
   xla::CustomCallTargetRegistry::Global()->Register(
       "tfspec_fingerprint_f32", reinterpret_cast<void*>(&tfspec_fingerprint_f32), "Host");
   return 0;
