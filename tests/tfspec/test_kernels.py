@@ -85,8 +85,11 @@ def test_panel_cache_packs_half_width_only_where_exact():
         assert cache.refresh() == 0
     assert cache.refresh() == 1 and cache.layout == (True, False)
     assert cache.refresh() == 0
+    # Switching widths with unchanged weights selects the other width's panels, no re-pack.
     with kernels.half_width(False):
-        assert cache.refresh() == 1 and cache.layout == (False, False)
+        assert cache.refresh() == 0 and cache.layout == (False, False)
+        assert cache.variables()[0].dtype == tf.float32
+    assert cache.refresh() == 0 and cache.layout == (True, False)
 
 
 def test_rows_do_not_depend_on_their_companions():

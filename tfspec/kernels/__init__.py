@@ -331,21 +331,21 @@ class PanelCache:
         self._sources = list(sources)
         self._source_variables = [list(v) for v in source_variables]
         self._variables: List[Optional[tf.Variable]] = [None] * len(self._sources)
-        self._fingerprints: List[Optional[tuple]] = [None] * len(self._sources)
         self._half_width: List[Optional[bool]] = [None] * len(self._sources)
-        self._packed_with: List[Optional[bool]] = [None] * len(self._sources)  # the setting
-        self._by_width: List[dict] = [{} for _ in self._sources]  # {half_width: variable}
+        self._exact: List[Optional[tuple]] = [None] * len(self._sources)  # (fingerprint, bool)
+        self._by_width: List[dict] = [{} for _ in self._sources]
         every = [v for group in self._source_variables for v in group]
         self._fingerprint_all = tf.function(lambda: fingerprints(every), jit_compile=True,
                                             autograph=False)
 
     def refresh(self) -> int:
-        """Re-packs the matrices whose sources (or the `half_width` setting) changed
-        (eager). Returns how many were.
+        """Re-packs the matrices whose sources changed (eager). Returns how many were.
 
-        A matrix is packed half-width when allowed and `bfloat16_exact`. A variable cannot
-        change dtype, so each width has its own panel variable, and `layout` says which one
-        `variables` returns: callers that cache compiled programs key them by `layout`
+        A matrix is packed half-width when `half_width_allowed()` and `bfloat16_exact`. A
+        variable cannot change dtype, so each width has its own panel variable, kept with
+        the fingerprint it was packed from, and `layout` says which one `variables`
+        returns: a benchmark that switches widths re-packs nothing while the weights stay
+        the same, and callers that cache compiled programs key them by `layout`
         (`tfspec.generate` does), because a program reads the variables it was traced with.
         """
         values = [tuple(row) for row in self._fingerprint_all().numpy().tolist()]
@@ -353,29 +353,31 @@ class PanelCache:
         for i, group in enumerate(self._source_variables):
             current = tuple(values[start:start + len(group)])
             start += len(group)
-            # Same sources: re-pack only if the setting now asks for another width (float32
-            # where half-width is no longer allowed; a new look where it was not allowed).
-            width_stale = (not self._packed_with[i] if _half_width_allowed
-                           else self._half_width[i])
-            if current == self._fingerprints[i] and not width_stale:
-                continue
-            # Eager, and only when a source changed (a tf.function per source would retrace
-            # once each, and warn).
-            source = self._sources[i]()
-            half = _half_width_allowed and bfloat16_exact(source)
-            packed = panels(source, half_width=half)
-            # One variable per width, kept: a program traced with either width reads a
-            # variable that every later refresh to that width rewrites.
-            variable = self._by_width[i].get(half)
-            if variable is None:
-                variable = self._by_width[i][half] = tf.Variable(packed, trainable=False)
+            by_width = self._by_width[i]           # {half_width: (variable, fingerprint)}
+            source = None
+            if not _half_width_allowed:
+                half = False
+            elif self._exact[i] is not None and self._exact[i][0] == current:
+                half = self._exact[i][1]           # known for these weights
             else:
-                variable.assign(packed)
-            self._variables[i] = variable
-            self._fingerprints[i] = current
+                # Eager, and only when a source changed (a tf.function per source would
+                # retrace once each, and warn).
+                source = self._sources[i]()
+                half = bfloat16_exact(source)
+                self._exact[i] = (current, half)
+            held = by_width.get(half)
+            if held is None or held[1] != current:
+                source = self._sources[i]() if source is None else source
+                packed = panels(source, half_width=half)
+                if held is None:
+                    variable = tf.Variable(packed, trainable=False)
+                else:
+                    variable = held[0]
+                    variable.assign(packed)
+                by_width[half] = (variable, current)
+                repacked += 1
+            self._variables[i] = by_width[half][0]
             self._half_width[i] = half
-            self._packed_with[i] = _half_width_allowed
-            repacked += 1
         return repacked
 
     @property
