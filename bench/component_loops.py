@@ -19,6 +19,7 @@ from tfspec import acceptance as acceptance_lib
 from tfspec import decoding
 from tfspec import generation
 from tfspec import rng
+from tfspec import quiet
 from tfspec import sampling as sampling_lib
 
 _PROBE_ITERATIONS = 5
@@ -400,3 +401,9 @@ def width_weights(gens, widths: Sequence[int]) -> Dict[int, float]:
         rounds[width] = rounds.get(width, 0) + int(np.max(gen.stats.rounds))
     total = sum(rounds.values())
     return {w: (r / total if total else 1.0 / len(rounds)) for w, r in rounds.items()}
+
+
+# Each builder's tf.function is traced once per shape on purpose: no retracing warning.
+for _builder in (_draft_step_loop, _sample_loop, _catch_up_loop, verify_loop, _accept_loop,
+                 free_loop, Programs.prepare):
+    quiet.expect_retracing(_builder)

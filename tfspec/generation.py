@@ -12,6 +12,7 @@ from tfspec import decoding
 from tfspec import distribute as distribute_lib
 from tfspec import kernels
 from tfspec import memory
+from tfspec import quiet
 from tfspec import sampling as sampling_lib
 from tfspec import stats as stats_lib
 from tfspec.models import prompt_lookup
@@ -181,6 +182,10 @@ def _loop_body(target_fn, draft_fn, config: decoding.LoopConfig, accept_fn, draf
                 "beta_sum": state.beta_sum}
 
     return run
+
+
+# Traced once per (batch, prompt bucket) shape on purpose: no retracing warning.
+quiet.expect_retracing(_loop_body)
 
 
 def generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,

@@ -7,8 +7,11 @@ lines its shared libraries print before that setting is even read (absl's "All l
 before absl::InitializeLog() ..." banner, oneDNN, CUDA stub, cpu_feature_guard, and a failed
 `cuInit` on machines without a GPU) are captured while TensorFlow is imported and its
 platforms are listed. The capture is replayed on stderr if the import fails. TensorFlow's
-Python warning that tfspec's compiled decoding loop "triggered tf.function retracing" is
-dropped too: the loop is traced once per (batch, prompt bucket) shape on purpose.
+Python warning that a function "triggered tf.function retracing" is dropped too for the
+functions that tfspec and its benchmarks trace once per shape on purpose (the decoding
+loop, per (batch, prompt bucket); the benchmarks' compiled loops, per product or
+component): their builders register with `expect_retracing`; a user's own functions still
+warn.
 
 Verbose mode shows everything: set `TFSPEC_VERBOSE=1`, or pass `--verbose` to any entry
 point (`python -m evals.run`, `python -m bench.*`, ...; the flag is read here, at import,
@@ -64,13 +67,23 @@ class CapturedStderr:
         return False
 
 
+# Qualified-name prefixes ("<builder>.<locals>.") of functions traced per shape on purpose.
+_EXPECTED_RETRACING = set()
+
+
+def expect_retracing(builder) -> None:
+    """Silences the retracing warning of every function defined inside `builder` (a function
+    or method that returns tf.functions traced once per input shape on purpose)."""
+    _EXPECTED_RETRACING.add(f"<function {builder.__qualname__}.<locals>.")
+
+
 class _DropLoopRetracingWarnings(logging.Filter):
-    """Drops TensorFlow's retracing warning about tfspec's loop (`generation._loop_fn`)."""
+    """Drops TensorFlow's retracing warning about the functions of `expect_retracing`."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
         return not ("triggered tf.function retracing" in message
-                    and "_loop_fn.<locals>.run" in message)
+                    and any(prefix in message for prefix in _EXPECTED_RETRACING))
 
 
 def import_tensorflow_quietly() -> None:

@@ -59,10 +59,13 @@ def test_entry_points_are_quiet_too(module):
 def test_only_the_loops_retracing_warning_is_dropped(caplog):
     import logging  # pylint: disable=import-outside-toplevel
     import tfspec  # noqa: F401  pylint: disable=import-outside-toplevel  (installs the filter)
+    import bench.component_loops  # noqa: F401  pylint: disable=import-outside-toplevel
     logger = logging.getLogger("tensorflow")
     with caplog.at_level(logging.WARNING, logger="tensorflow"):
-        logger.warning("5 out of the last 9 calls to <function _loop_fn.<locals>.run at 0x1> "
+        logger.warning("5 out of the last 9 calls to <function _loop_body.<locals>.run at 0x1> "
                        "triggered tf.function retracing. Tracing is expensive")
+        logger.warning("5 out of the last 9 calls to <function Programs.prepare.<locals>."
+                       "<lambda>.<locals>.<lambda> at 0x1> triggered tf.function retracing.")
         logger.warning("5 out of the last 9 calls to <function user_fn at 0x1> triggered "
                        "tf.function retracing. Tracing is expensive")
     assert [r.getMessage().split(" at ")[0] for r in caplog.records] == [
