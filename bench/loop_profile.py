@@ -58,7 +58,9 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (\S+) (.*)$")
 
 
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$")
-_CALLED = re.compile(r"(?:body|condition|to_apply|calls)=%?([\w.\-]+)")
+_CALLED = re.compile(
+    r"(?:body|condition|to_apply|calls|true_computation|false_computation)=%?([\w.\-]+)")
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")  # a conditional's N branches
 
 
 def parse_hlo(text: str) -> Dict[str, dict]:
@@ -96,6 +98,8 @@ def parse_hlo(text: str) -> Dict[str, dict]:
             seen.add(comp)
             for line in computations[comp]:
                 stack.extend(_CALLED.findall(line))
+                for branches in _BRANCHES.findall(line):
+                    stack.extend(b.strip().lstrip("%") for b in branches.split(","))
         return seen
 
     draft = reachable(loop_bodies.get("while/while"))

@@ -39,6 +39,40 @@ def test_parse_hlo_reads_shape_target_and_the_draft_loop():
     assert "while.206" in hlo
 
 
+_HLO_WITH_CONDITIONALS = """
+%window_a (p: (s32[])) -> (s32[]) {
+  %dot.1 = f32[1,8]{1,0} dot(%a, %b)
+}
+
+%window_b (p: (s32[])) -> (s32[]) {
+  %dot.2 = f32[2,8]{1,0} dot(%a, %b)
+}
+
+%eos_true (p: (s32[])) -> (s32[]) {
+  %fusion.3 = f32[1]{0} fusion(%a), kind=kLoop
+}
+
+%eos_false (p: (s32[])) -> (s32[]) {
+  %fusion.4 = f32[1]{0} fusion(%a), kind=kLoop
+}
+
+%round_body (p: (s32[])) -> (s32[]) {
+  %conditional.5 = (s32[]) conditional(%i, %t, %t), branch_computations={%window_a, %window_b}
+  ROOT %conditional.6 = (s32[]) conditional(%q, %t, %t), true_computation=%eos_true, false_computation=%eos_false
+}
+
+ENTRY %main (x: s32[]) -> (s32[]) {
+  ROOT %while.7 = (s32[]) while(%t), condition=%cond, body=%round_body, metadata={op_type="While" op_name="while"}
+}
+"""
+
+
+def test_parse_hlo_follows_conditional_branches():
+    hlo = loop_profile.parse_hlo(_HLO_WITH_CONDITIONALS)
+    assert {name: hlo[name]["phase"] for name in ("dot.1", "dot.2", "fusion.3", "fusion.4")} \
+        == dict.fromkeys(("dot.1", "dot.2", "fusion.3", "fusion.4"), "round")
+
+
 @pytest.mark.parametrize("name,target,want", [
     ("XlaCustomCallV2_6.15", "tfspec_rows_matmul_bf16w", "kernel product"),
     ("dot.176", "", "dot"),
