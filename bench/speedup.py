@@ -72,10 +72,13 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 import tfspec
+from tfspec import adaptive
 from bench import models as bench_models
 from bench import timing
 from evals import cli
 from evals import walltime
+
+AUTO = "auto"  # The --k entry (and record "k") of adaptive draft length, k="auto".
 
 COLUMNS = ["k", "batch_size", "temperature", "ar_ms_per_token", "spec_ms_per_token", "speedup",
            "acceptance_rate", "beta_mean", "draft_cost_ratio", "predicted_speedup",
@@ -89,6 +92,32 @@ def _floats(text: str) -> List[float]:
 
 def _ints(text: str) -> List[int]:
     return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_ks(text: str) -> list:
+    """Comma-separated draft lengths, each an integer >= 1 or "auto".
+
+    Raises:
+      argparse.ArgumentTypeError: any other entry.
+    """
+    ks = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if item.lower() == "auto":
+            ks.append(AUTO)
+            continue
+        try:
+            value = int(item)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(
+                f'--k entries must be integers >= 1 or "auto", got {item!r}')
+        ks.append(value)
+    if not ks:
+        raise argparse.ArgumentTypeError("--k needs at least one draft length")
+    return ks
 
 
 def _positive_int(text: str) -> int:
@@ -152,7 +181,10 @@ def add_pair_args(parser: argparse.ArgumentParser) -> None:
 def _parse_args(argv=None):
     parser = cli.ArgumentParser("python -m bench.speedup", __doc__.split("\n")[0])
     add_pair_args(parser)
-    parser.add_argument("--k", default="1,2,4", help="comma-separated draft lengths")
+    parser.add_argument("--k", default="1,2,4", type=parse_ks,
+                        help='comma-separated draft lengths; "auto" adds a row of '
+                             'tfspec.generate(k="auto") (adaptive draft length, with '
+                             'fallback to autoregressive decoding where that measured faster)')
     parser.add_argument("--batch_size", default="1", help="comma-separated batch sizes")
     parser.add_argument("--temperature", default="0", help="comma-separated temperatures")
     cli.add_bool(parser, "fixed_costs", False,
@@ -199,6 +231,12 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     Each timed call decodes every batch of `batches` (one `generate` call per batch, all of
     one size), so a batch-1 measurement covers the whole prompt pool, not one prompt.
 
+    k may be "auto" (`tfspec.generate(k="auto")`, its controllers reset first, so that its
+    exploration, both modes measured per prompt bucket, falls into the warm-up and the
+    first repeats). Its record's predicted fields are nan (no fixed k), its round fields use
+    the mean drafts per round, and it adds `auto_speculative_fraction` (share of its calls
+    that ran speculatively) and `mean_drafts_per_round`.
+
     Returns:
       One record per k (see the module docstring for the keys), plus `k, batch_size,
       temperature, top_k, top_p, tokens_ar, tokens_spec, rounds, mean_tokens_per_round,
@@ -206,6 +244,8 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
       the fixed costs; the decode fields of the module docstring leave them out).
     """
     batches = [[list(p) for p in prompts] for prompts in batches]
+    if AUTO in ks:
+        adaptive.reset()
     eos_kwargs = {} if eos_id == "target" else {"eos_id": eos_id}
     eos_kwargs["jit_compile"] = jit_compile  # Tests pass None (eager): no compile time.
 
@@ -239,21 +279,27 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
         stats = tfspec.DecodeStats.concatenate([gen.stats for gen in spec_gens])
         spec_ms = 1e3 * spec_time / max(1, _real_tokens(spec_gens))
         a = _alpha(stats.beta_mean, stats.acceptance_rate)
-        predicted = _formula_or_nan(a, k, c)
+        speculative_rounds = int(np.sum(stats.rounds[stats.drafted > 0]))
+        drafts_per_round = (float(np.sum(stats.drafted)) / speculative_rounds
+                            if speculative_rounds else float("nan"))
+        auto = k == AUTO
+        predicted = nan if auto else _formula_or_nan(a, k, c)
         speedup = ar_ms / spec_ms
-        formula_round_s = k * draft_step_s + target_step_s
+        formula_round_s = (drafts_per_round if auto else k) * draft_step_s + target_step_s
         decode_spec_ms = (1e3 * round_s * _loop_steps(spec_gens)
                           / max(1, _real_tokens(spec_gens)))
         decode_speedup = _ratio(decode_ar_ms, decode_spec_ms)
-        decode_predicted = _formula_or_nan(a, k, _ratio(draft_step_s, target_step_s))
+        decode_predicted = (nan if auto else
+                            _formula_or_nan(a, k, _ratio(draft_step_s, target_step_s)))
+        modes = [gen.mode for gen in spec_gens]
         records.append({
-            "k": int(k), "batch_size": len(batches[0]), "num_batches": len(batches),
+            "k": AUTO if auto else int(k), "batch_size": len(batches[0]), "num_batches": len(batches),
             "temperature": sampling.temperature,
             "top_k": sampling.top_k, "top_p": sampling.top_p,
             "ar_ms_per_token": ar_ms, "spec_ms_per_token": spec_ms, "speedup": speedup,
             "acceptance_rate": stats.acceptance_rate, "beta_mean": stats.beta_mean,
             "draft_cost_ratio": c, "predicted_speedup": predicted,
-            "speedup_over_predicted": speedup / predicted,
+            "speedup_over_predicted": _ratio(speedup, predicted),
             "tokens_ar": _real_tokens(ar_gen), "tokens_spec": _real_tokens(spec_gens),
             "rounds": int(np.sum(stats.rounds)),
             "mean_tokens_per_round": stats.mean_tokens_per_round,
@@ -266,6 +312,9 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
             "decode_speedup": decode_speedup,
             "decode_predicted_speedup": decode_predicted,
             "decode_over_predicted": _ratio(decode_speedup, decode_predicted),
+            "mean_drafts_per_round": drafts_per_round,
+            "auto_speculative_fraction": (modes.count(adaptive.SPECULATIVE) / len(modes)
+                                          if auto else nan),
         })
     return records
 
@@ -322,7 +371,7 @@ def main(argv=None):
     args = _parse_args(argv)
     with bench_models.exit_on_prompts_error():
         target, draft, pool = load_pair_and_prompts(args)
-    result = run(target, draft, pool, _ints(args.k), _ints(args.batch_size),
+    result = run(target, draft, pool, args.k, _ints(args.batch_size),
                  _floats(args.temperature), args.top_k, args.top_p, args.max_new_tokens,
                  args.repeats, args.seed, args.target, args.draft, jit_compile(args),
                  args.fixed_costs)

@@ -85,7 +85,7 @@ def run_headline(run: "report.Run") -> str:
     measured = [(e.get("speedup"), e.get("k")) for e in run.sweep or []
                 if _num(e.get("speedup")) is not None and e.get("k")]
     if measured:
-        speedup, k = max(measured)
+        speedup, k = max(measured, key=lambda entry: entry[0])
         lines.append(f"  K sweep: best measured speed-up {speedup:.2f}x at K = {k} "
                      f"(of {', '.join(str(e.get('k')) for e in run.sweep)})")
     return "\n".join(lines)

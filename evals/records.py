@@ -5,6 +5,7 @@ A run evaluates examples x samples x modes. A *mode* is one way of producing the
     "autoregressive"       k = 0, the baseline (plain decoding through the same loop)
     "speculative"          k = the run's --k
     "speculative_k{K}"     another K of a --k_sweep (e.g. "speculative_k2")
+    "speculative_auto"     k = "auto" (adaptive draft length) in a sweep whose --k is a number
     "completions"          existing completions scored with --completions (no model)
 
 A record's key is (id, sample, mode); `examples.jsonl` holds each key at most once. The
@@ -26,13 +27,17 @@ of one sample share their random stream.
 import dataclasses
 import hashlib
 import json
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 from evals.example import Example
 
 AUTOREGRESSIVE = "autoregressive"
 SPECULATIVE = "speculative"
 COMPLETIONS = "completions"
+# The draft length of adaptive mode, `tfspec.generate(k="auto")`.
+AUTO = "auto"
+
+DraftLength = Union[int, str]  # an int >= 0, or AUTO
 
 # docs/design.md section 6, in order.
 CONTRACT_FIELDS = ("id", "sample", "mode", "prompt_sha256", "output", "num_tokens", "time_s",
@@ -50,12 +55,29 @@ TIMING_FIELDS = ("time_s",)
 Key = Tuple[str, int, str]
 
 
-def mode_name(k: int, main_k: Optional[int]) -> str:
+def draft_length(value: Any) -> DraftLength:
+    """A mode's k as stored: AUTO, or an int."""
+    return AUTO if isinstance(value, str) and value.strip().lower() == AUTO else int(value)
+
+
+def speculates(k: DraftLength) -> bool:
+    """Whether draft length `k` uses the draft (AUTO or k > 0)."""
+    return k == AUTO or int(k) > 0
+
+
+def k_order(k: DraftLength) -> tuple:
+    """Sort key of draft lengths: the integers ascending, then AUTO."""
+    return (1, 0) if k == AUTO else (0, int(k))
+
+
+def mode_name(k: DraftLength, main_k: Optional[DraftLength]) -> str:
     """The mode of draft length `k` in a run whose --k is `main_k`."""
+    if k == main_k and k != 0:
+        return SPECULATIVE
+    if k == AUTO:
+        return f"{SPECULATIVE}_{AUTO}"
     if k == 0:
         return AUTOREGRESSIVE
-    if k == main_k:
-        return SPECULATIVE
     return f"{SPECULATIVE}_k{k}"
 
 
@@ -210,6 +232,7 @@ GENERATE = "generate"
 CALIBRATE = "calibrate"
 
 
-def mode_list(ks: Sequence[int], main_k: Optional[int]) -> Tuple[Tuple[str, int], ...]:
+def mode_list(ks: Sequence[DraftLength], main_k: Optional[DraftLength]
+              ) -> Tuple[Tuple[str, DraftLength], ...]:
     """((mode, k), ...) for the draft lengths of a run, in the given order."""
-    return tuple((mode_name(k, main_k), int(k)) for k in ks)
+    return tuple((mode_name(draft_length(k), main_k), draft_length(k)) for k in ks)

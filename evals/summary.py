@@ -108,17 +108,21 @@ def speedup(baseline_latency: Optional[Mapping[str, Any]],
     return base / mine
 
 
-def run_entry(k: int, metrics: Mapping[str, Any],
+def run_entry(k, metrics: Mapping[str, Any],
               calibration: Optional[Mapping[str, Any]]) -> dict:
-    """One `runs.*` entry: quality and latency, plus acceptance and the predictions if k > 0."""
+    """One `runs.*` entry: quality and latency, plus acceptance and the predictions if the
+    mode drafts. k = "auto" has no fixed k for the formulas: its predictions are None."""
     entry = {"quality": dict(metrics.get("quality") or {}),
              "latency": metrics.get("latency")}
-    if k > 0:
+    if records.speculates(k):
         c = (calibration or {}).get("draft_cost_ratio")
         entry["acceptance"] = metrics.get("acceptance")
         entry["draft_cost_ratio"] = _finite(c)
-        entry["predicted_speedup"] = predicted_speedup(metrics.get("acceptance"), k, c)
-        entry["calibrated_speedup"] = calibrated_speedup(metrics, k, calibration)
+        fixed = k != records.AUTO
+        entry["predicted_speedup"] = (predicted_speedup(metrics.get("acceptance"), k, c)
+                                      if fixed else None)
+        entry["calibrated_speedup"] = (calibrated_speedup(metrics, k, calibration)
+                                       if fixed else None)
     return entry
 
 
@@ -167,7 +171,7 @@ def build_sweep(modes: Sequence[Tuple[str, int]], metrics: Mapping[str, Mapping[
       ks: the Ks to list (default: all of `modes`).
     """
     by_k = {k: mode for mode, k in modes}
-    wanted = sorted(by_k if ks is None else set(ks) & set(by_k))
+    wanted = sorted(by_k if ks is None else set(ks) & set(by_k), key=records.k_order)
     baseline = metrics.get(by_k.get(0), {}).get("latency") if 0 in by_k else None
     entries = []
     for k in wanted:

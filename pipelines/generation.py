@@ -197,7 +197,8 @@ def inference_args(modes: Sequence[Sequence[Any]], sampling: Mapping[str, Any], 
       max_new_tokens: generation budget per row.
       calibration_reps: timed repetitions per (model, length) of the cost measurement.
     """
-    return {"modes": [[str(m), int(k)] for m, k in modes], "sampling": dict(sampling),
+    return {"modes": [[str(m), records.draft_length(k)] for m, k in modes],
+            "sampling": dict(sampling),
             "seed": int(seed), "max_new_tokens": int(max_new_tokens),
             "calibration_reps": int(calibration_reps)}
 
@@ -227,7 +228,7 @@ class Generator:
 
     def run(self, items: Sequence[records.WorkItem], args: Mapping[str, Any]) -> List[dict]:
         """Records for a batch of items: one per (generate item, mode), one per calibration."""
-        modes = [(str(m), int(k)) for m, k in args["modes"]]
+        modes = [(str(m), records.draft_length(k)) for m, k in args["modes"]]
         with self._lock:
             generate_items = [i for i in items if i.kind == records.GENERATE]
             # Rotate the mode order from batch to batch (see "Timing").
@@ -236,7 +237,8 @@ class Generator:
             out = []
             for mode, k in modes[shift:] + modes[:shift]:
                 rows = [i for i in generate_items
-                        if i.modes is None or (mode, k) in {(m, int(kk)) for m, kk in i.modes}]
+                        if i.modes is None or (mode, k) in {(m, records.draft_length(kk))
+                                                            for m, kk in i.modes}]
                 if rows:
                     out.extend(self._generate(rows, mode, k, args))
             for item in items:
@@ -252,7 +254,7 @@ class Generator:
         return ids or [self.models.tokenizer.eos_id]
 
     def _call(self, target, prompts, keys, k, args, max_new_tokens=None, **overrides):
-        kwargs = dict(draft=self.models.draft if k > 0 else None, k=k,
+        kwargs = dict(draft=self.models.draft if records.speculates(k) else None, k=k,
                       max_new_tokens=int(max_new_tokens or args["max_new_tokens"]),
                       sampling=tfspec.Sampling(**args["sampling"]), seed=int(args["seed"]),
                       row_keys=keys, strategy=self.models.strategy)
@@ -438,11 +440,16 @@ def calibration_ks(modes: Sequence[Sequence[Any]]) -> List[int]:
     """The ks whose round cost the calibration measures: the smallest, the largest and the
     speculative run's k among the run's modes (at most three; more add time, not accuracy,
     as round time is close to linear in k)."""
-    ks = sorted({int(k) for _, k in modes if int(k) > 0})
+    ks = sorted({int(k) for _, k in modes if k != records.AUTO and int(k) > 0})
     if not ks:
+        # An "auto"-only run: the round costs of its compiled maximum and of k = 1.
+        if any(k == records.AUTO for _, k in modes):
+            from tfspec import adaptive  # pylint: disable=import-outside-toplevel
+            return sorted({1, adaptive.AutoDraft().k_max})
         return []
     chosen = {ks[0], ks[-1]}
-    chosen.update(int(k) for m, k in modes if m == records.SPECULATIVE and int(k) > 0)
+    chosen.update(int(k) for m, k in modes
+                  if m == records.SPECULATIVE and k != records.AUTO and int(k) > 0)
     return sorted(chosen)
 
 

@@ -58,14 +58,31 @@ _STREAM_FINAL = 2
 
 
 @dataclasses.dataclass(frozen=True)
+class Adaptive:
+    """The statics of adaptive draft length (`k="auto"`; see `decode_loop`).
+
+    Attributes:
+      confidence: a row stops drafting after a draft token whose draft probability q(d) is
+        below this (0 disables the test).
+    """
+
+    confidence: float = 0.4
+
+
+@dataclasses.dataclass(frozen=True)
 class LoopConfig:
-    """The statics of one compiled loop (changing any of them retraces)."""
+    """The statics of one compiled loop (changing any of them retraces).
+
+    With `adaptive`, `k` is the compiled maximum k_max: each row drafts up to its own
+    horizon (an input of the loop, adapted round by round) and stops early when unsure.
+    """
 
     k: int
     max_new_tokens: int
     sampling: sampling_lib.Sampling
     eos_id: Optional[int]
     start_id: int
+    adaptive: Optional[Adaptive] = None
 
     @property
     def buffer_length(self) -> int:
@@ -88,6 +105,8 @@ class LoopState(NamedTuple):
     verified: tf.Tensor               # int32 [batch], judged by the rule among those
     accepted_per_position: tf.Tensor  # int32 [batch, k]
     beta_sum: tf.Tensor               # float32 [batch]
+    horizon: tf.Tensor                # int32 [batch], drafts allowed next round, 1..k
+                                      # (adaptive); k otherwise
 
 
 def _gather_rows(values: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
@@ -95,9 +114,9 @@ def _gather_rows(values: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
     return tf.gather(values, index, batch_dims=1)
 
 
-def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, keys, round_idx,
-                 config: LoopConfig, draft_sample_fn):
-    """Steps 1-2 of the round: k draft tokens and the distributions they were drawn from.
+def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, keys,
+                 round_idx, config: LoopConfig, draft_sample_fn):
+    """Steps 1-2 of the round: up to k draft tokens and the distributions they were drawn from.
 
     Draft step i (0-based) decodes one token at position n + i: out[n] for i = 0, d_i after
     that, and gives q_{i+1}. The draft cache already holds every committed position < n
@@ -109,29 +128,47 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, keys, rou
     before it discards the rest. The loop ends when every row has stopped; positions not
     drafted hold EOS with a one-hot distribution, which the rule treats like any draft.
 
+    Adaptive mode (`config.adaptive`) also stops a row after its `horizon[b]`-th draft, or
+    after a draft d with q(d) < `confidence`: the row then has m_b < k drafts, and the rule
+    must not judge the positions past m_b (see `decode_loop` for why this stays exact). Rows
+    that stopped keep computing (the step is batched) into cache slots past their drafts,
+    which are stale slots under the cache invariant.
+
     Args:
       last_ids: int32 [batch], out[n].
       n: int32 [batch], committed lengths.
       done: bool [batch], finished rows.
+      horizon: int32 [batch], each row's draft budget (adaptive mode; else ignored).
 
     Returns:
       (draft_ids int32 [batch, k], draft_probs float32 [batch, k, V] or None in greedy mode,
-      draft_cache).
+      drafted int32 [batch] (m_b: drafts before the row stopped; 0 for finished rows; k in
+      fixed mode, where the EOS rule above makes counting unnecessary), draft_cache).
     """
     k = config.k
     greedy = config.sampling.greedy
     eos_id = config.eos_id
+    adaptive = config.adaptive
     vocab_size = draft.vocab_size
     uniforms = None if greedy else rng.uniform(keys, round_idx, _STREAM_DRAFT, k)
     filler = eos_id if eos_id is not None else 0
     batch = tf.shape(n)[0]
 
     def choose(logits, i):
-        """logits [batch, V] -> (token [batch], probs [batch, V] or None)."""
+        """logits [batch, V] -> (token [batch], probs [batch, V] or None, confidence)."""
         if greedy:  # The one-hot distribution is implied by the argmax; skip V-wide work.
-            return tf.argmax(logits, axis=-1, output_type=tf.int32), None
+            token = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            if adaptive is None:
+                return token, None, None
+            # The draft's own probability of its argmax: exp(max - logsumexp).
+            confidence = tf.exp(tf.reduce_max(logits, axis=-1)
+                                - tf.reduce_logsumexp(logits, axis=-1))
+            return token, None, confidence
         probs = sampling_lib.logits_to_probs(logits, config.sampling)
-        return draft_sample_fn(probs, tf.gather(uniforms, i, axis=1)), probs
+        token = draft_sample_fn(probs, tf.gather(uniforms, i, axis=1))
+        confidence = (None if adaptive is None
+                      else tf.gather(probs, token, axis=1, batch_dims=1))
+        return token, probs, confidence
 
     # Step-major buffers [k, batch(, V)]: step i writes row i in place (a one-index scatter
     # on the leading axis is a dynamic-update-slice, no copy of the buffer).
@@ -139,31 +176,41 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, keys, rou
     probs_buf = (() if greedy else
                  tf.one_hot(ids_buf, vocab_size, dtype=tf.float32))
 
-    def step(i, token, stopped, cache, ids_buf, probs_buf):
+    def step(i, token, stopped, drafted, cache, ids_buf, probs_buf):
         logits, cache = draft.decode(draft_context, cache, token[:, None], (n + i)[:, None])
-        token, probs = choose(logits[:, 0], i)
+        token, probs, confidence = choose(logits[:, 0], i)
         ids_buf = tf.tensor_scatter_nd_update(ids_buf, [[i]], token[None])
         if not greedy:
             probs_buf = tf.tensor_scatter_nd_update(probs_buf, [[i]], probs[None])
+        if adaptive is not None:
+            # Rows still drafting at step i drafted d_{i+1}; then each decides whether to
+            # draft d_{i+2} from its own budget and its own q (never from the target).
+            drafted += tf.cast(~stopped, tf.int32)
+            stopped |= drafted >= horizon
+            if adaptive.confidence > 0:
+                stopped |= confidence < adaptive.confidence
         if eos_id is not None:
             stopped |= tf.equal(token, eos_id)
-        return i + 1, token, stopped, cache, ids_buf, probs_buf
+        return i + 1, token, stopped, drafted, cache, ids_buf, probs_buf
 
     def keep_drafting(i, token, stopped, *_):
         del token
         return (i < k) & ~tf.reduce_all(stopped)
 
     # A while loop (not a Python loop) keeps one copy of the draft in the compiled program.
-    _, _, _, draft_cache, ids_buf, probs_buf = tf.while_loop(
+    _, _, _, drafted, draft_cache, ids_buf, probs_buf = tf.while_loop(
         keep_drafting, step,
-        (tf.constant(0), last_ids, done, draft_cache, ids_buf, probs_buf),
+        (tf.constant(0), last_ids, done, tf.zeros([batch], tf.int32), draft_cache, ids_buf,
+         probs_buf),
         maximum_iterations=k)
     draft_ids = tf.transpose(ids_buf, [1, 0])                                # [batch, k]
     draft_probs = None if greedy else tf.transpose(probs_buf, [1, 0, 2])     # [batch, k, V]
-    return draft_ids, draft_probs, draft_cache
+    if adaptive is None:
+        drafted = tf.fill([batch], k)
+    return draft_ids, draft_probs, drafted, draft_cache
 
 
-def _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n):
+def _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n, drafted=None):
     """Writes d_k into the draft cache at position n + k.
 
     The draft decoded d_1 .. d_{k-1} during the round but only *sampled* d_k, so its cache
@@ -178,27 +225,47 @@ def _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n):
     (`bench.round_breakdown`: catch_up_ms). A `tf.cond` that ran it only for fully accepted rounds made XLA copy the
     whole draft cache in both branches (seen in the HLO dump), which cost more.
 
+    In adaptive mode a row with m < k drafts needs d_m at n + m instead (it may have accepted
+    all m); its steps past m, if the batch kept drafting, wrote only stale slots.
+
     Args:
       draft_ids: int32 [batch, k].
       n: int32 [batch], committed lengths before the round.
+      drafted: int32 [batch], each row's m (adaptive mode), or None: every row drafted k.
 
     Returns:
       The draft cache.
     """
     k = draft_ids.shape[1]
-    _, cache = draft.decode(draft_context, draft_cache, draft_ids[:, k - 1:], (n + k)[:, None])
+    if drafted is None:
+        last_ids, last_positions = draft_ids[:, k - 1:], (n + k)[:, None]
+    else:
+        # Finished rows have m = 0; index 0 keeps the gather in bounds (their slots are
+        # never read again).
+        last = tf.maximum(drafted - 1, 0)
+        last_ids = _gather_rows(draft_ids, last)[:, None]
+        last_positions = (n + last + 1)[:, None]
+    _, cache = draft.decode(draft_context, draft_cache, last_ids, last_positions)
     return cache
 
 
 def _verify(target, target_context, target_cache, window_ids, positions, draft_ids,
-            draft_probs, keys, round_idx, config: LoopConfig, accept_fn):
+            draft_probs, keys, round_idx, config: LoopConfig, accept_fn, drafted=None):
     """Steps 3-4 of the round: one target call over k + 1 positions, then the rule.
+
+    Adaptive mode: a row with m < k drafts is judged on its first m only. The rule runs on
+    all k (its slots past m hold stale drafts); where it accepted at least m, the result is
+    cut to m accepted and the next token is drawn from p_{m+1}, the target's distribution
+    after the last real draft, with the round's final uniform (which the discarded result
+    would have used, so it is still independent of everything that led here). Where it
+    accepted fewer than m, it judged only real drafts and stands.
 
     Args:
       window_ids: int32 [batch, k + 1], [out[n], d_1 .. d_k].
       positions: int32 [batch, k + 1], n .. n + k.
       draft_ids: int32 [batch, k] or None (k = 0).
       draft_probs: float32 [batch, k, V], or None (k = 0 or greedy).
+      drafted: int32 [batch], each row's m (adaptive mode), or None.
 
     Returns:
       (num_accepted int32 [batch], next_ids int32 [batch], beta float32 [batch, k] or None,
@@ -214,6 +281,11 @@ def _verify(target, target_context, target_cache, window_ids, positions, draft_i
         if k == 0:
             return tf.zeros_like(target_ids[:, 0]), target_ids[:, 0], None, target_cache
         result = acceptance_lib.accept_greedy(target_ids, draft_ids)
+        if drafted is not None:
+            capped = result.num_accepted >= drafted
+            return (tf.minimum(result.num_accepted, drafted),
+                    tf.where(capped, _gather_rows(target_ids, drafted), result.next_ids),
+                    result.beta, target_cache)
     else:
         target_probs = sampling_lib.logits_to_probs(target_logits, config.sampling)
         final_uniforms = rng.uniform(keys, round_idx, _STREAM_FINAL, 1)[:, 0]
@@ -223,14 +295,63 @@ def _verify(target, target_context, target_cache, window_ids, positions, draft_i
         accept_uniforms = rng.uniform(keys, round_idx, _STREAM_ACCEPT, k)
         result = accept_fn(target_probs, draft_probs, draft_ids, accept_uniforms,
                            final_uniforms)
+        if drafted is not None:
+            capped = result.num_accepted >= drafted
+            after_last = tf.gather(target_probs, drafted, axis=1, batch_dims=1)   # [batch, V]
+            return (tf.minimum(result.num_accepted, drafted),
+                    tf.where(capped, sampling_lib.sample_categorical(after_last,
+                                                                     final_uniforms),
+                             result.next_ids),
+                    result.beta, target_cache)
     return result.num_accepted, result.next_ids, result.beta, target_cache
+
+
+def _next_horizon(horizon, drafted, num_accepted, live, k: int):
+    """Hugging Face's `num_assistant_tokens` schedule, per row (all int32 [batch]).
+
+    + 2 after a round that drafted and accepted the whole horizon, - 1 after a rejection,
+    unchanged after an early stop whose drafts were all accepted; kept in [1, k].
+    """
+    all_accepted = num_accepted >= drafted
+    grown = tf.where(all_accepted & (drafted >= horizon), horizon + 2,
+                     tf.where(all_accepted, horizon, horizon - 1))
+    return tf.where(live, tf.clip_by_value(grown, 1, k), horizon)
 
 
 def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
                 row_keys: tf.Tensor, seed: tf.Tensor, config: LoopConfig,
                 accept_fn: Callable = acceptance_lib.accept,
-                draft_sample_fn: Callable = sampling_lib.sample_categorical):
+                draft_sample_fn: Callable = sampling_lib.sample_categorical,
+                horizons: Optional[tf.Tensor] = None):
     """Runs the speculative (k > 0) or autoregressive (k = 0) loop.
+
+    Adaptive draft length (`config.adaptive`, `k="auto"`): k is the compiled maximum. Each
+    row carries a horizon h_b in [1, k] (`horizons` at the start) and drafts m_b <= h_b
+    tokens: it stops after its h_b-th draft, after a draft whose own probability q(d) is
+    below the confidence threshold, or after a drafted EOS. The draft while loop ends when
+    every row has stopped; the verify window stays k + 1 wide (static shapes), and the rule
+    judges each row's first m_b drafts only (`_verify`). After the round the horizon moves
+    by Hugging Face's schedule for `num_assistant_tokens`: + 2 when all h_b drafts were
+    accepted, - 1 after a rejection, unchanged when the row stopped early and all its m_b
+    drafts were accepted.
+
+    Why the output distribution is unchanged: given everything that happened before a
+    position (tokens and random draws alike), the rule's output there is distributed as p
+    given the prefix, whatever q was, provided the draft token was drawn from q with the
+    draft's own fresh uniform (Leviathan et al. 2022, Theorem 3.5, applied per position).
+    Whether position j is drafted at all is decided by the row's horizon (fixed by earlier
+    rounds before this round draws anything) and by q of the drafts before j (the prefix and
+    the draft's own uniforms), never by this round's acceptance uniforms or target. If j is
+    drafted, the rule applies; if not, the token is drawn from p_j itself, the same
+    distribution. Every token is thus p-distributed given any history, so the sequence is
+    distributed exactly as autoregressive sampling from p.
+
+    Worked example, k = 4, one row with horizon 3 and confidence 0.4, greedy:
+      draft: d_1 = 7 (q 0.9), d_2 = 2 (q 0.3 < 0.4: stop)         -> m = 2, slots 3-4 stale
+      verify: target argmaxes after [out[n], 7, 2, *, *] = [7, 2, 5, *, *]
+      accept: the rule sees 2 leading matches (>= m), so a = 2 and the next token is the
+              target's argmax at slot m = 2, 5; the row commits [7, 2, 5].
+      horizon: stopped early, all m accepted -> stays 3.
 
     Args:
       target: a `DecodeModel`.
@@ -244,6 +365,8 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         here); greedy decoding uses `acceptance.accept_greedy`.
       draft_sample_fn: how a sampled draft token is chosen from its distribution and a
         uniform (greedy decoding takes the argmax).
+      horizons: int32 [batch], each row's first horizon in [1, k] (adaptive mode; default
+        k); ignored otherwise.
 
     Returns:
       (out_ids int32 [batch, buffer_length], lengths int32 [batch], final `LoopState`).
@@ -272,7 +395,11 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         target_cache=target_cache, draft_cache=draft_cache,
         rounds=zeros, drafted=zeros, accepted=zeros, verified=zeros,
         accepted_per_position=tf.zeros([batch, k], tf.int32),
-        beta_sum=tf.zeros([batch], tf.float32))
+        beta_sum=tf.zeros([batch], tf.float32),
+        horizon=(tf.clip_by_value(tf.cast(horizons, tf.int32), 1, max(k, 1))
+                 if config.adaptive is not None and horizons is not None
+                 else tf.fill([batch], k)))
+    adaptive = config.adaptive is not None and k > 0
     rows = tf.range(batch)[:, None]
     slot = tf.range(k + 1)[None, :]                                          # [1, k+1]
 
@@ -281,9 +408,9 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         live = ~state.done
         last_ids = _gather_rows(state.out_ids, n)                            # [batch]
         if k > 0:
-            draft_ids, draft_probs, draft_cache = _draft_block(
-                draft, draft_context, state.draft_cache, last_ids, n, state.done, keys,
-                state.round_idx, config, draft_sample_fn)
+            draft_ids, draft_probs, drafted, draft_cache = _draft_block(
+                draft, draft_context, state.draft_cache, last_ids, n, state.done,
+                state.horizon, keys, state.round_idx, config, draft_sample_fn)
             window_ids = tf.concat([last_ids[:, None], draft_ids], axis=1)   # [batch, k+1]
         else:
             draft_cache = state.draft_cache
@@ -291,7 +418,7 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         num_accepted, next_ids, beta, target_cache = _verify(
             target, target_context, state.target_cache, window_ids, n[:, None] + slot,
             draft_ids if k > 0 else None, draft_probs if k > 0 else None, keys,
-            state.round_idx, config, accept_fn)
+            state.round_idx, config, accept_fn, drafted if adaptive else None)
         proposed = (tf.concat([draft_ids, next_ids[:, None]], axis=1) if k > 0
                     else next_ids[:, None])
 
@@ -302,7 +429,7 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         finished = tf.zeros_like(live)
         # Drafts that count in the statistics: all k, except that nothing past a drafted
         # or an emitted EOS counts (such drafts are never drafted, or never matter).
-        counted = tf.fill([batch], k)
+        counted = drafted if adaptive else tf.fill([batch], k)
         if config.eos_id is not None:
             # Stop at the first EOS, even in the middle of an accepted block.
             is_eos = (new_ids == config.eos_id) & (slot < emitted[:, None])
@@ -324,7 +451,8 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         out_ids = tf.tensor_scatter_nd_update(state.out_ids, indices, new_ids)
         live_i = tf.cast(live, tf.int32)
         if k > 0:
-            draft_cache = _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n)
+            draft_cache = _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n,
+                                          drafted if adaptive else None)
             accepted_now = tf.minimum(num_accepted, counted)
             verified_now = tf.minimum(num_accepted + 1, counted)
             verified_mask = tf.cast(slot[:, :k] < verified_now[:, None], tf.float32)
@@ -347,7 +475,9 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
             verified=state.verified + live_i * verified_now,
             accepted_per_position=state.accepted_per_position + live_i[:, None] * accepted_slots
             if k > 0 else state.accepted_per_position,
-            beta_sum=state.beta_sum + tf.cast(live, tf.float32) * beta_now)
+            beta_sum=state.beta_sum + tf.cast(live, tf.float32) * beta_now,
+            horizon=_next_horizon(state.horizon, drafted, num_accepted, live, k)
+            if adaptive else state.horizon)
 
     def cond(state: LoopState):
         return ~tf.reduce_all(state.done)

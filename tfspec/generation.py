@@ -1,6 +1,7 @@
 """`tfspec.generate`: validated inputs in, tokens and per-row statistics out."""
 
 import dataclasses
+import time
 import weakref
 from typing import Any, Optional, Sequence
 
@@ -8,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfspec import acceptance as acceptance_lib
+from tfspec import adaptive as adaptive_lib
 from tfspec import decoding
 from tfspec import distribute as distribute_lib
 from tfspec import kernels
@@ -29,11 +31,14 @@ class Generation:
       tokens: int32 [batch, max_new_tokens], the pad id after a row ends (EOS included).
       lengths: int32 [batch], tokens emitted per row.
       stats: per-row `DecodeStats`.
+      mode: with k="auto", the mode this call ran ("speculative" or "autoregressive");
+        None for a fixed k.
     """
 
     tokens: np.ndarray
     lengths: np.ndarray
     stats: stats_lib.DecodeStats
+    mode: Optional[str] = None
 
     def row_tokens(self, i: int) -> list:
         return self.tokens[i, :self.lengths[i]].tolist()
@@ -169,26 +174,34 @@ def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, acce
 
 def _loop_body(target_fn, draft_fn, config: decoding.LoopConfig, accept_fn, draft_sample_fn):
     """The loop as a function of its tensor inputs; `target_fn()` / `draft_fn()` give the
-    models (weak references when compiled)."""
+    models (weak references when compiled). Adaptive loops take the rows' first horizons
+    (int32 [batch]) after the row keys and return the last ones."""
 
-    def run(prompt_ids, prompt_lengths, row_keys, seed):
-        out_ids, lengths, state = decoding.decode_loop(
-            target_fn(), draft_fn(), prompt_ids, prompt_lengths, row_keys, seed, config,
-            accept_fn=accept_fn, draft_sample_fn=draft_sample_fn)
+    def outputs(out_ids, lengths, state):
         return {"out_ids": out_ids, "lengths": lengths, "rounds": state.rounds,
                 "drafted": state.drafted, "accepted": state.accepted,
                 "verified": state.verified,
                 "accepted_per_position": state.accepted_per_position,
-                "beta_sum": state.beta_sum}
+                "beta_sum": state.beta_sum, "horizon": state.horizon}
 
-    return run
+    def run(prompt_ids, prompt_lengths, row_keys, seed):
+        return outputs(*decoding.decode_loop(
+            target_fn(), draft_fn(), prompt_ids, prompt_lengths, row_keys, seed, config,
+            accept_fn=accept_fn, draft_sample_fn=draft_sample_fn))
+
+    def run_adaptive(prompt_ids, prompt_lengths, row_keys, horizons, seed):
+        return outputs(*decoding.decode_loop(
+            target_fn(), draft_fn(), prompt_ids, prompt_lengths, row_keys, seed, config,
+            accept_fn=accept_fn, draft_sample_fn=draft_sample_fn, horizons=horizons))
+
+    return run if config.adaptive is None else run_adaptive
 
 
 # Traced once per (batch, prompt bucket) shape on purpose: no retracing warning.
 quiet.expect_retracing(_loop_body)
 
 
-def generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
+def generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
              sampling: Optional[sampling_lib.Sampling] = None, seed: int = 0,
              eos_id=_TARGET_DEFAULT, row_keys: Optional[Sequence[int]] = None,
              prompt_lengths=None, jit_compile: Optional[bool] = True,
@@ -201,7 +214,9 @@ def generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
         `prompt_lengths`. Encoder input for an encoder-decoder target, prefix otherwise.
       draft: the proposal model; None (or k = 0) decodes autoregressively through the same
         compiled machinery: the baseline every speed-up is measured against.
-      k: draft tokens per round.
+      k: draft tokens per round; or "auto" (or a `tfspec.AutoDraft`): adaptive draft length
+        up to a compiled maximum, and autoregressive decoding for request shapes where it
+        measured faster (see `tfspec.adaptive`).
       max_new_tokens: tokens to generate per row at most.
       sampling: `Sampling` applied identically to target and draft; default temperature 1.
       seed: request seed. A row's tokens are a function of (seed, row content, row key) and
@@ -226,7 +241,7 @@ def generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
                      strategy=strategy)
 
 
-def _generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128,
+def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
               sampling: Optional[sampling_lib.Sampling] = None, seed: int = 0,
               eos_id=_TARGET_DEFAULT, row_keys: Optional[Sequence[int]] = None,
               prompt_lengths=None, jit_compile: Optional[bool] = True,
@@ -241,13 +256,22 @@ def _generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128
     sampling = sampling_lib.Sampling() if sampling is None else sampling
     if not isinstance(sampling, sampling_lib.Sampling):
         raise ValueError(f"sampling must be a tfspec.Sampling, got {type(sampling).__name__}")
-    if int(k) != k or k < 0:
-        raise ValueError(f"k must be a non-negative integer (0 = autoregressive), got {k}")
+    auto = adaptive_lib.resolve(k)
+    if auto is not None:
+        k = auto.k_max
+    else:
+        try:
+            valid = int(k) == k and k >= 0
+        except (TypeError, ValueError):
+            valid = False
+        if not valid:
+            raise ValueError(f'k must be a non-negative integer (0 = autoregressive) or '
+                             f'"auto", got {k!r}')
     if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens}")
     k = int(k) if draft is not None else 0
     if k == 0:
-        draft = None
+        draft, auto = None, None
     if draft is not None:
         if isinstance(draft, prompt_lookup.PromptLookup) and draft.vocab_size is None:
             draft = _adopted_prompt_lookup(draft, target.vocab_size)
@@ -277,22 +301,47 @@ def _generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128
         if keys.shape[0] != batch:
             raise ValueError(f"row_keys has {keys.shape[0]} entries for {batch} prompts")
 
+    mode, controller, shape = None, None, None
+    if auto is not None:
+        controller = adaptive_lib.controller(target, draft, sampling, auto)
+        shape = (batch, prompt_ids.shape[1], int(max_new_tokens))
+        mode = controller.choose(shape)
+    loop_k, loop_draft = k, draft
+    if mode == adaptive_lib.AUTOREGRESSIVE:
+        loop_k, loop_draft = 0, None
     config = decoding.LoopConfig(
-        k=k, max_new_tokens=int(max_new_tokens), sampling=sampling,
+        k=loop_k, max_new_tokens=int(max_new_tokens), sampling=sampling,
         eos_id=None if eos_id is None else int(eos_id),
-        start_id=int(getattr(target, "decoder_start_id", target.pad_id)))
+        start_id=int(getattr(target, "decoder_start_id", target.pad_id)),
+        adaptive=(decoding.Adaptive(confidence=float(auto.confidence))
+                  if mode == adaptive_lib.SPECULATIVE else None))
     if jit_compile:
-        _refresh_decode_panels(target, draft)
-    run = _loop_fn(target, draft, config, jit_compile, accept_fn, draft_sample_fn)
-    inputs = (tf.constant(prompt_ids, tf.int32), tf.constant(lengths, tf.int32),
-              tf.constant(keys, tf.int64), tf.constant(seed, tf.int64))
+        _refresh_decode_panels(target, loop_draft)
+    run = _loop_fn(target, loop_draft, config, jit_compile, accept_fn, draft_sample_fn)
+    batched = [tf.constant(prompt_ids, tf.int32), tf.constant(lengths, tf.int32),
+               tf.constant(keys, tf.int64)]
+    if config.adaptive is not None:
+        batched.append(tf.fill([batch], tf.constant(controller.horizon, tf.int32)))
+    seed_tensor = tf.constant(seed, tf.int64)
+    traces = _tracing_count(run)
+    start = time.perf_counter()
     if strategy is not None and strategy.num_replicas_in_sync > 1:
         distribute_lib.check_placement(strategy, target, "target")
-        if draft is not None:
-            distribute_lib.check_placement(strategy, draft, "draft")
-        out = distribute_lib.run_split(strategy, run, inputs[:3], inputs[3])
+        if loop_draft is not None:
+            distribute_lib.check_placement(strategy, loop_draft, "draft")
+        out = distribute_lib.run_split(strategy, run, batched, seed_tensor)
     else:
-        out = {name: value.numpy() for name, value in run(*inputs).items()}
+        out = {name: value.numpy() for name, value in run(*batched, seed_tensor).items()}
+    seconds = time.perf_counter() - start
+    if controller is not None:
+        controller.record(shape, mode, seconds, int(out["lengths"].sum()),
+                          compiled=_tracing_count(run) != traces,
+                          final_horizons=(out["horizon"][~_finished_early(out)]
+                                          if config.adaptive is not None else None))
+        if mode == adaptive_lib.AUTOREGRESSIVE:
+            # The same statistics shape as a speculative call (k_max positions), so calls
+            # of either mode concatenate.
+            out["accepted_per_position"] = np.zeros([batch, k], np.int32)
 
     out_lengths = out["lengths"].astype(np.int32)
     tokens = out["out_ids"][:, 1:max_new_tokens + 1].astype(np.int32)
@@ -302,7 +351,19 @@ def _generate(target, prompts, draft=None, k: int = 4, max_new_tokens: int = 128
         rounds=out["rounds"], drafted=out["drafted"], accepted=out["accepted"],
         verified=out["verified"], accepted_per_position=out["accepted_per_position"],
         beta_sum=out["beta_sum"], tokens=out_lengths)
-    return Generation(tokens=tokens, lengths=out_lengths, stats=stats)
+    return Generation(tokens=tokens, lengths=out_lengths, stats=stats, mode=mode)
+
+
+def _tracing_count(fn) -> Optional[int]:
+    """How often a `tf.function` traced (None for an eager function): a change across a
+    call means the call compiled, so its time is not a decode time."""
+    count = getattr(fn, "experimental_get_tracing_count", None)
+    return count() if count is not None else None
+
+
+def _finished_early(out) -> np.ndarray:
+    """bool [batch]: rows that ran no round (nothing to learn a horizon from)."""
+    return np.asarray(out["rounds"]) == 0
 
 
 def _refresh_decode_panels(*models) -> None:

@@ -5,6 +5,7 @@
 TensorFlow or Beam, so a bad flag is reported at once.
 """
 
+import argparse
 import importlib
 import importlib.util
 import os
@@ -16,6 +17,17 @@ DOC_POINTER = "docs/design.md section 6"
 DTYPES = spec_lib.DTYPES
 
 
+def draft_length_flag(text: str):
+    """--k: an integer, or "auto"."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'must be an integer >= 0 or "auto", got {text!r}') from None
+
+
 def build_parser(prog: str, description: str) -> cli.ArgumentParser:
     """The flags of evals.run (see `evals.cli` for the conventions)."""
     parser = cli.ArgumentParser(prog, description, error_name="evals.run")
@@ -24,12 +36,14 @@ def build_parser(prog: str, description: str) -> cli.ArgumentParser:
         help="task to evaluate; one of: " + ", ".join(task_names())
         + " (--list_tasks or --task list describes them)")
     add("--list_tasks", action="store_true", help="list the tasks and exit")
-    add("--k", type=int, default=None,
-        help="draft tokens per round; 0 = autoregressive only (default "
+    add("--k", type=draft_length_flag, default=None,
+        help='draft tokens per round; 0 = autoregressive only; "auto" = adaptive draft '
+             "length (tfspec.generate(k=\"auto\"): per-row horizons up to a compiled "
+             "maximum, autoregressive where that measured faster) (default "
              f"{spec_lib.DEFAULT_K}, or the largest K of --k_sweep)")
     add("--k_sweep", default=None,
-        help="comma-separated draft lengths to sweep, e.g. 0,1,2,4 (writes sweep.json and "
-             "prints a per-K table)")
+        help="comma-separated draft lengths to sweep, e.g. 0,1,2,4,auto (writes sweep.json "
+             "and prints a per-K table)")
     add("--target", default=spec_lib.DEFAULT_TARGET, help="target model (tfspec.load_model spec)")
     add("--draft", default=spec_lib.DEFAULT_DRAFT, help="draft model (tfspec.load_model spec)")
     add("--dtype", default=None, choices=DTYPES,

@@ -62,7 +62,7 @@ class RunPlan:
                 for item, _ in self.completions]
         for item in self.work:
             if item.kind == records.GENERATE:
-                keys += [(item.id, item.sample, mode, int(k))
+                keys += [(item.id, item.sample, mode, records.draft_length(k))
                          for mode, k in (item.modes or self.spec.modes)]
         return keys
 

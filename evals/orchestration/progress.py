@@ -35,6 +35,7 @@ import tempfile
 import threading
 from typing import Dict, Iterable, Optional, Sequence, Tuple
 
+from evals import records
 from pipelines import journal as journal_lib
 from pipelines.status import STATUS_ENV
 
@@ -89,7 +90,8 @@ class JournalProgress:
         self._mode_total = collections.Counter(m for keys in expected.values()
                                                for _, m, _ in keys)
         self._mode_done = collections.Counter()
-        self._labels = dict(sorted(labels.items(), key=lambda kv: self._ks[kv[0]] or 0))
+        self._labels = dict(sorted(labels.items(),
+                                   key=lambda kv: records.k_order(self._ks[kv[0]] or 0)))
         self._enabled = enabled and self._total > 0
         self._interval_s = interval_s
         self._stop = threading.Event()

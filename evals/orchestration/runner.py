@@ -154,10 +154,18 @@ def prepare(spec: RunSpec) -> PreparedRun:
                        model_spec=model_spec, large_model=large_model, journal=journal)
 
 
+def _compiled_k(k) -> int:
+    """The k a mode's loop is compiled for ("auto": the default `tfspec.AutoDraft().k_max`)."""
+    if k == records.AUTO:
+        from tfspec import adaptive  # pylint: disable=import-outside-toplevel
+        return adaptive.AutoDraft().k_max
+    return int(k)
+
+
 def _check_decode_memory(spec: RunSpec, models) -> None:
     """--max_new_tokens and --batch_size against the decode buffers they imply."""
     from tfspec import memory  # pylint: disable=import-outside-toplevel
-    k = max((k for _, k in spec.modes), default=0)
+    k = max((_compiled_k(k) for _, k in spec.modes), default=0)
     try:
         memory.check_decode_request(models.target, models.draft, spec.batch_size,
                                     spec.max_new_tokens, k)

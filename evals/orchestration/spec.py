@@ -6,9 +6,9 @@ file system: task name, draft lengths, sample counts, pass@k, sampling ranges. P
 raise `UsageError`, whose message is one line that says what is wrong and how to fix it;
 the entry point prints it and exits with status 2.
 
-Draft lengths of a run (`RunSpec.ks`): the --k run (k > 0), the baseline k = 0 when
---baseline is on, and every K of --k_sweep. With --k_sweep and no explicit --k, k is the
-largest K of the sweep.
+Draft lengths of a run (`RunSpec.ks`): the --k run (k > 0, or "auto": adaptive draft
+length), the baseline k = 0 when --baseline is on, and every K of --k_sweep (integers, and
+"auto"). With --k_sweep and no explicit --k, k is the largest integer K of the sweep.
 """
 
 import dataclasses
@@ -40,8 +40,9 @@ class RunSpec:
 
     Attributes:
       task: name in `evals.tasks.TASKS`.
-      k: draft tokens per round of the speculative run (0: autoregressive only).
-      k_sweep: extra draft lengths to evaluate (sweep.json), () for none.
+      k: draft tokens per round of the speculative run (0: autoregressive only), or "auto"
+        (`tfspec.generate(k="auto")`).
+      k_sweep: extra draft lengths to evaluate (sweep.json; ints and "auto"), () for none.
       target, draft, tokenizer: model specs (`tfspec.load_model`); tokenizer None = target's.
       dtype: dtype the models are loaded in ("float32" or "bfloat16"); None = float32.
       temperature, top_k, top_p: the sampling transform.
@@ -66,8 +67,8 @@ class RunSpec:
     """
 
     task: str
-    k: int = DEFAULT_K
-    k_sweep: Tuple[int, ...] = ()
+    k: records.DraftLength = DEFAULT_K
+    k_sweep: Tuple[records.DraftLength, ...] = ()
     target: str = DEFAULT_TARGET
     draft: Optional[str] = DEFAULT_DRAFT
     tokenizer: Optional[str] = None
@@ -95,15 +96,15 @@ class RunSpec:
     prompt_eos: bool = False
 
     @property
-    def ks(self) -> Tuple[int, ...]:
-        """Draft lengths to run, ascending (0 = the autoregressive baseline)."""
+    def ks(self) -> Tuple[records.DraftLength, ...]:
+        """Draft lengths to run, ascending, "auto" last (0 = the autoregressive baseline)."""
         if self.completions:
             return ()
         ks = set(self.k_sweep)
         ks.add(self.k)
         if self.baseline:
             ks.add(0)
-        return tuple(sorted(ks))
+        return tuple(sorted(ks, key=records.k_order))
 
     @property
     def modes(self) -> Tuple[Tuple[str, int], ...]:
@@ -114,7 +115,7 @@ class RunSpec:
 
     @property
     def uses_draft(self) -> bool:
-        return any(k > 0 for k in self.ks)
+        return any(records.speculates(k) for k in self.ks)
 
     @property
     def sampling(self) -> dict:
@@ -146,8 +147,9 @@ def is_local_runner(runner: Optional[str]) -> bool:
     return name in LOCAL_RUNNERS
 
 
-def parse_int_list(value: Any, flag: str) -> Tuple[int, ...]:
-    """"0,1,2" (or a list of ints) -> (0, 1, 2); "" or None -> ()."""
+def parse_int_list(value: Any, flag: str, allow_auto: bool = False) -> tuple:
+    """"0,1,2" (or a list of ints) -> (0, 1, 2); "" or None -> (). With `allow_auto`,
+    entries "auto" are kept as `records.AUTO`."""
     if value is None:
         return ()
     if isinstance(value, str):
@@ -158,13 +160,17 @@ def parse_int_list(value: Any, flag: str) -> Tuple[int, ...]:
         parts = [value]
     out = []
     for part in parts:
+        if allow_auto and isinstance(part, str) and part.strip().lower() == records.AUTO:
+            out.append(records.AUTO)
+            continue
         try:
             number = int(part)
             if isinstance(part, float) and part != number:
                 raise ValueError
         except (TypeError, ValueError):
-            raise UsageError(f"--{flag} takes comma-separated integers, e.g. --{flag} 1,10; "
-                             f"got {value!r}") from None
+            also = ' or "auto"' if allow_auto else ""
+            raise UsageError(f"--{flag} takes comma-separated integers{also}, e.g. --{flag} "
+                             f"1,10; got {value!r}") from None
         out.append(number)
     return tuple(out)
 
@@ -220,16 +226,20 @@ def build_run_spec(values: Mapping[str, Any]) -> RunSpec:
         raise UsageError(f"{e}; pass --task with one of them") from None
 
     completions = _str(values, "completions")
-    k_sweep = parse_int_list(values.get("k_sweep"), "k_sweep")
-    bad = [k for k in k_sweep if k < 0]
+    k_sweep = parse_int_list(values.get("k_sweep"), "k_sweep", allow_auto=True)
+    bad = [k for k in k_sweep if k != records.AUTO and k < 0]
     if bad:
         raise UsageError(f"--k_sweep values must be >= 0 (0 = autoregressive), got {bad[0]}")
-    k_sweep = tuple(sorted(set(k_sweep)))
+    k_sweep = tuple(sorted(set(k_sweep), key=records.k_order))
+    numbers = [k for k in k_sweep if k != records.AUTO]
     if values.get("k") is None:
-        k = max(k_sweep) if k_sweep else DEFAULT_K
+        k = max(numbers) if numbers else (records.AUTO if k_sweep else DEFAULT_K)
+    elif isinstance(values.get("k"), str) and values["k"].strip().lower() == records.AUTO:
+        k = records.AUTO
     else:
         k = _int(values, "k", DEFAULT_K, minimum=0,
-                 hint=" (the number of draft tokens per round; 0 = autoregressive only)")
+                 hint=' (the number of draft tokens per round; 0 = autoregressive only; '
+                      '"auto" = adaptive)')
 
     num_samples = _int(values, "num_samples", 1, minimum=1)
     pass_at = parse_int_list(values.get("pass_at"), "pass_at") or None

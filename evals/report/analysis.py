@@ -5,6 +5,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from evals import records
 from evals import summary as summary_lib
 from evals import walltime
 from evals.report.runs import Run
@@ -48,8 +49,9 @@ def calibrated_k(run: "Run", entry: Optional[Mapping[str, Any]],
 
 def calibrated_at(run: "Run", entry: Optional[Mapping[str, Any]],
                   k: Optional[int]) -> Optional[float]:
-    """The calibrated speed-up of `entry`'s alpha and the run's costs at another k."""
-    if k is None:
+    """The calibrated speed-up of `entry`'s alpha and the run's costs at another k (None
+    for k = "auto", which has no fixed k)."""
+    if k is None or k == records.AUTO:
         return None
     return summary_lib.calibrated_speedup(entry or {}, k, run.summary.get("calibration"))
 
@@ -154,10 +156,11 @@ def speculative_entries(runs: Sequence[Run]):
 
 
 def sweep_rows(run: Run) -> List[Dict[str, Any]]:
-    """Per-K numbers of a sweep: the data of the Figure 1 panels."""
+    """Per-K numbers of a sweep: the data of the Figure 1 panels (k = "auto" last; the
+    figures plot the integer Ks only)."""
     out = []
     for entry in run.sweep or []:
-        k = int(entry.get("k", 0))
+        k = records.draft_length(entry.get("k", 0))
         latency = entry.get("latency") or {}
         acceptance = entry.get("acceptance") or {}
         out.append({

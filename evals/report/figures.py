@@ -35,7 +35,7 @@ def _xs(rows, key):
 
 def sweep_figure(run: Run, path: str) -> Optional[str]:
     """Chen et al. Figure 1 style panels for a sweep, plus the tail-latency panel."""
-    rows = sweep_rows(run)
+    rows = [r for r in sweep_rows(run) if isinstance(r["k"], int)]  # "auto" has no x.
     if not rows:
         return None
     plt = _pyplot()
@@ -101,8 +101,10 @@ def speedup_figure(run: Run, path: str) -> Optional[str]:
     plt = _pyplot()
     calibrated_best = calibrated_k(run, entry)
     best = recommended_k(alpha, c) if calibrated_best is None else calibrated_best
-    measured = [(r["k"], r["speedup"]) for r in sweep_rows(run) if r["speedup"] is not None]
-    if not measured and number(run.summary.get("speedup")) is not None:
+    measured = [(r["k"], r["speedup"]) for r in sweep_rows(run)
+                if r["speedup"] is not None and isinstance(r["k"], int)]
+    if (not measured and number(run.summary.get("speedup")) is not None
+            and isinstance(run.summary.get("k"), int)):
         measured = [(int(run.summary.get("k") or 0), float(run.summary["speedup"]))]
     k_max = max([8, best + 2] + [k for k, _ in measured])
     ks = list(range(k_max + 1))

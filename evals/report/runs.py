@@ -6,6 +6,8 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
+from evals import records
+
 
 class ReportError(ValueError):
     """A run directory that cannot be read; the message is one line."""
@@ -86,7 +88,7 @@ def load_run(path: str) -> Run:
         sweep = _read_json(sweep_path, "sweep")
         if not isinstance(sweep, list):
             raise ReportError(f"{sweep_path}: expected a list of per-K entries")
-        sweep = sorted(sweep, key=lambda e: int(e.get("k", 0)))
+        sweep = sorted(sweep, key=lambda e: records.k_order(records.draft_length(e.get("k", 0))))
     examples = None
     examples_path = os.path.join(path, "examples.jsonl")
     if os.path.isfile(examples_path):

@@ -133,7 +133,7 @@ def recommendation_table(runs: Sequence[Run]) -> str:
     rows = []
     for run, entry in speculative_entries(runs):
         alpha, c = alpha_and_c(entry)
-        k = int(run.summary.get("k") or 0)
+        k = run.summary.get("k") or 0  # An int, or "auto" (no calibrated value at it).
         best = calibrated_k(run, entry)
         formula_best = recommended_k(alpha, c)
         at_formula_best = (walltime.predicted_speedup(alpha, formula_best, c)

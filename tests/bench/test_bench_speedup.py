@@ -156,3 +156,26 @@ def test_main_fixed_costs_flag_measures_the_decomposition(tmp_path):
     assert result["fixed_costs"]
     _check_contract(record)
     assert math.isfinite(record["round_ms"]) and math.isfinite(record["spec_fixed_ms"])
+
+
+def test_auto_is_a_k_entry_with_its_own_record(tmp_path):
+    out = tmp_path / "speedup.json"
+    speedup.main(["--target", TINY, "--draft", TINY_DRAFT, "--k", "2,auto",
+                  "--temperature", "0", "--max_new_tokens", "6", "--repeats", "2",
+                  "--num_prompts", "2", "--eager", "--json", str(out)])
+    records = json.loads(out.read_text())["records"]
+    assert [r["k"] for r in records] == [2, "auto"]
+    auto = records[1]
+    assert 0.0 <= auto["auto_speculative_fraction"] <= 1.0
+    assert auto["predicted_speedup"] is None or math.isnan(auto["predicted_speedup"])
+    assert auto["tokens_spec"] == records[0]["tokens_spec"]  # Greedy: the same tokens.
+    assert math.isnan(records[0]["auto_speculative_fraction"])
+
+
+@pytest.mark.parametrize("k", ["0", "two", "1,-3", ""])
+def test_bad_k_lists_are_one_line_errors(k, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        speedup.main(["--target", TINY, "--draft", TINY_DRAFT, "--k", k])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--k" in err

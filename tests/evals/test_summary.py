@@ -92,3 +92,18 @@ def test_why_line_names_the_round_cost():
                     "verify and the round's fixed work cost 1.35 target steps, not 1")
     assert summary_lib.why_line({"k": 0, "calibration": CALIBRATION}) is None
     assert summary_lib.why_line({"k": 4, "calibration": {"draft_cost_ratio": 0.1}}) is None
+
+
+def test_auto_mode_entries_have_acceptance_but_no_fixed_k_predictions():
+    from evals import records as records_lib
+    metrics = {"quality": {}, "latency": {"ms_per_token": 2.0},
+               "acceptance": {"beta_mean": 0.8, "acceptance_rate": 0.7}}
+    entry = summary_lib.run_entry(records_lib.AUTO, metrics, {"draft_cost_ratio": 0.2})
+    assert entry["acceptance"] == metrics["acceptance"] and entry["draft_cost_ratio"] == 0.2
+    assert entry["predicted_speedup"] is None and entry["calibrated_speedup"] is None
+    sweep = summary_lib.build_sweep(
+        [("autoregressive", 0), ("speculative_auto", records_lib.AUTO), ("speculative", 2)],
+        {"autoregressive": {"latency": {"ms_per_token": 4.0}},
+         "speculative_auto": metrics, "speculative": metrics})
+    assert [e["k"] for e in sweep] == [0, 2, records_lib.AUTO]
+    assert sweep[-1]["speedup"] == 2.0

@@ -68,6 +68,13 @@ LAYOUTS = {
 }
 
 
+# k="auto": per-row horizons in [1, 3] moved by the schedule, and a confidence threshold
+# that stops about a third of the rows' drafting early. fallback=False: the autoregressive
+# fallback is exact by construction, and would leave the adaptive loop untested.
+AUTO = tfspec.AutoDraft(k_max=3, confidence=0.45, initial_k=2, fallback=False)
+AUTO_LAYOUTS = {"t1": (6000, 1), "t0.8-topp0.95": (2, 1000)}
+
+
 def _config(d_model):
     return T5Config(vocab_size=VOCAB, d_model=d_model, d_kv=4, d_ff=2 * d_model,
                     num_layers=1, num_decoder_layers=1, num_heads=2,
@@ -200,6 +207,29 @@ def test_speculative_t5_matches_uncached_target_distribution(models, tables, sam
         assert any(len(set(s.rounds.tolist())) > 1 for s in stats)
 
 
+@pytest.mark.parametrize("sampling_name", list(AUTO_LAYOUTS),
+                         ids=[f"{name}-batch{AUTO_LAYOUTS[name][0]}" for name in AUTO_LAYOUTS])
+def test_auto_draft_length_matches_uncached_target_distribution(models, tables, sampling_name,
+                                                                strategy):
+    """k="auto": rows that stop drafting early (their horizon, or an unsure draft) are
+    judged on their own drafts only, and the token after them comes from the target."""
+    tfspec.adaptive.reset()
+    target, draft = models
+    sampling = SAMPLINGS[sampling_name]
+    batch, calls = AUTO_LAYOUTS[sampling_name]
+    tokens, lengths, stats = _decode(strategy, target, draft, AUTO, sampling, batch, calls)
+    assert (lengths == LENGTH).all()
+    pvalue = _pvalue(tokens, lengths, tables[0], sampling)
+    assert pvalue > P_MIN, f"p = {pvalue:.2e}"
+    pooled = tfspec.DecodeStats.concatenate(stats)
+    per_round = pooled.drafted / np.maximum(pooled.rounds, 1)
+    # Early stops happened, and rows drafted different amounts per round.
+    assert 1.0 < per_round.mean() < AUTO.k_max - 0.3, per_round.mean()
+    assert len(set(np.round(per_round, 3).tolist())) > 3
+    # Some rounds accepted all three drafts (the horizon had grown to 3).
+    assert pooled.accepted_per_position[:, -1].sum() > 0
+
+
 @pytest.mark.parametrize("wrong", ["inverted_ratio", "forgetful_cache"])
 def test_power_wrong_rules_are_rejected(models, tables, wrong, strategy):
     """The same G-test rejects a wrong acceptance rule and a target that drops the cache
@@ -214,3 +244,14 @@ def test_power_wrong_rules_are_rejected(models, tables, wrong, strategy):
     tokens, lengths, _ = _decode(strategy, target, draft, 2, sampling, 6000, 1, **overrides)
     pvalue = _pvalue(tokens, lengths, tables[0], sampling)
     assert pvalue < P_MIN, f"wrong rule {wrong} not detected (p = {pvalue:.3g})"
+
+
+def test_power_a_wrong_rule_is_rejected_in_auto_mode(models, tables, strategy):
+    """The auto-mode test above keeps its power: the inverted ratio is rejected there too."""
+    tfspec.adaptive.reset()
+    target, draft = models
+    sampling = SAMPLINGS["t1"]
+    tokens, lengths, _ = _decode(strategy, target, draft, AUTO, sampling, 6000, 1,
+                                 accept_fn=wrong_rules.inverted_ratio)
+    pvalue = _pvalue(tokens, lengths, tables[0], sampling)
+    assert pvalue < P_MIN, f"wrong rule not detected in auto mode (p = {pvalue:.3g})"

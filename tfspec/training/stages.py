@@ -162,23 +162,67 @@ def train_target(config, workdir: str, data: Data, max_steps: Optional[int] = No
 
 def train_draft(config, workdir: str, data: Data, max_steps: Optional[int] = None,
                 progress: bool = True) -> Dict[str, Any]:
-    """Distills the draft from the finished target (KL + label term); returns the summary."""
-    if not trainer_lib.is_done(stage_dir(workdir, TARGET)):
+    """Distills the draft from the frozen target; returns the summary.
+
+    The recipe's draft section chooses (all optional, defaults in brackets):
+      divergence        one of `distill.DIVERGENCES` ["forward_kl"]
+      target_from       a `tfspec.load_model` spec of the frozen target ["": this workdir's
+                        finished target stage]
+      init_from         a `tfspec.load_model` spec whose weights start the draft ["": fresh]
+      generated_prompts the target's continuations of this many training prompts [0]
+      on_policy_prompts the draft's own samples (at `on_policy_temperature`, default 1) of
+                        this many training prompts, drawn from its weights at the start of
+                        the stage [0]
+    """
+    target_from = config.draft.get("target_from", "") or ""
+    if target_from:
+        target = _load_spec(target_from)
+    elif not trainer_lib.is_done(stage_dir(workdir, TARGET)):
         raise RuntimeError(f"The target stage in {stage_dir(workdir, TARGET)} has not "
                            "finished; run --stage target first (or --stage all).")
-    target = load_trained(config, workdir, TARGET, config.export.weights)
+    else:
+        target = load_trained(config, workdir, TARGET, config.export.weights)
     target.trainable = False
     model = build_model(config, DRAFT)
+    init_from = config.draft.get("init_from", "") or ""
+    if init_from:
+        copy_weights(_load_spec(init_from), model, init_from)
     _write_stage_info(config, workdir, DRAFT, model, data)
-    objective = distill.DistillationObjective(target, label_weight=config.draft.label_weight,
-                                              temperature=config.draft.temperature)
+    objective = distill.DistillationObjective(
+        target, label_weight=config.draft.label_weight, temperature=config.draft.temperature,
+        divergence=config.draft.get("divergence", "forward_kl"))
     generated = target_generated(config, workdir, target, data, progress)
+    on_policy = draft_sampled(config, workdir, model, data, progress)
     trainer = _trainer(config, workdir, DRAFT, model, objective, data, max_steps, progress,
-                       train_examples=list(data.train) + generated)
+                       train_examples=list(data.train) + generated + on_policy)
     return trainer.run()
 
 
+def _load_spec(spec: str) -> T5:
+    from tfspec import checkpoints  # Local: loading pulls in the checkpoint formats.
+    return checkpoints.load_model(spec, dtype="float32")
+
+
+def copy_weights(source: T5, model: T5, name: str = "the source"):
+    """Copies every weight of `source` into `model` (same architecture), by checkpoint name.
+
+    Raises:
+      ValueError: the two models' weights differ in names or shapes.
+    """
+    have, want = source.hf_weight_map(), model.hf_weight_map()
+    if set(have) != set(want):
+        raise ValueError(f"{name} does not match the recipe's draft: weights "
+                         f"{sorted(set(have) ^ set(want))[:3]} are in only one of them.")
+    for key, (variable, _) in want.items():
+        value = have[key][0]
+        if tuple(value.shape) != tuple(variable.shape):
+            raise ValueError(f"{name} does not match the recipe's draft: {key} is "
+                             f"{tuple(value.shape)}, the recipe's is {tuple(variable.shape)}.")
+        variable.assign(value.numpy() if hasattr(value, "numpy") else value)
+
+
 GENERATED_FILE = "generated.jsonl"
+ON_POLICY_FILE = "on_policy.jsonl"
 
 
 def target_generated(config, workdir: str, target, data: Data,
@@ -189,23 +233,53 @@ def target_generated(config, workdir: str, target, data: Data,
     trains on the very same examples. The prompts are a seeded sample of the training
     examples (both tasks).
     """
-    count = int(config.draft.get("generated_prompts", 0) or 0)
+    draft = config.draft
+    return _continuations(
+        config, workdir, target, data, GENERATED_FILE, "target's continuations",
+        count=int(draft.get("generated_prompts", 0) or 0), salt=7,
+        temperature=draft.generated_temperature,
+        max_new_tokens=draft.generated_max_new_tokens, id_prefix="generated",
+        progress=progress)
+
+
+def draft_sampled(config, workdir: str, draft_model, data: Data,
+                  progress: bool = False) -> List[examples_lib.Example]:
+    """The draft's own samples ("on-policy" data) of `draft.on_policy_prompts` prompts.
+
+    Sampled from the draft's weights at the start of the stage (fresh or `init_from`) at
+    `draft.on_policy_temperature` (default 1), cached in WORKDIR/draft/on_policy.jsonl; the
+    target scores them on the fly like any other example. Another seeded sample of the
+    training prompts than the target's continuations.
+    """
+    draft = config.draft
+    return _continuations(
+        config, workdir, draft_model, data, ON_POLICY_FILE, "draft's own samples",
+        count=int(draft.get("on_policy_prompts", 0) or 0), salt=11,
+        temperature=float(draft.get("on_policy_temperature", 1.0)),
+        max_new_tokens=int(draft.get("on_policy_max_new_tokens",
+                                     draft.get("generated_max_new_tokens", 128))),
+        id_prefix="on_policy", progress=progress)
+
+
+def _continuations(config, workdir: str, model, data: Data, file_name: str, what: str,
+                   count: int, salt: int, temperature: float, max_new_tokens: int,
+                   id_prefix: str, progress: bool) -> List[examples_lib.Example]:
+    """`count` continuations by `model` of a seeded sample of training prompts, cached."""
     if not count:
         return []
-    path = os.path.join(stage_dir(workdir, DRAFT), GENERATED_FILE)
+    path = os.path.join(stage_dir(workdir, DRAFT), file_name)
     if os.path.exists(path):
         return distill.load_examples(path)
-    rng = np.random.default_rng([config.seeds["draft_data"], 7])
+    rng = np.random.default_rng([config.seeds["draft_data"], salt])
     picked = np.sort(rng.choice(len(data.train), size=min(count, len(data.train)),
                                 replace=False))
-    log(f"[draft] generating the target's continuations of {len(picked)} training prompts")
+    log(f"[draft] generating the {what} of {len(picked)} training prompts "
+        f"(temperature {temperature:g})")
     generated = distill.generated_examples(
-        target, [data.train[i] for i in picked],
-        max_new_tokens=min(config.draft.generated_max_new_tokens,
-                           config.data.max_target_length),
-        batch_size=config.draft.generated_batch_size,
-        temperature=config.draft.generated_temperature, seed=config.seeds["draft_data"],
-        progress=progress)
+        model, [data.train[i] for i in picked],
+        max_new_tokens=min(max_new_tokens, config.data.max_target_length),
+        batch_size=config.draft.generated_batch_size, temperature=temperature,
+        seed=config.seeds["draft_data"], progress=progress, id_prefix=id_prefix)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     distill.save_examples(path, generated)
     return generated
@@ -238,6 +312,10 @@ def validate_config(config):
                              f"[1, {role}.steps = {stage.steps}).")
         if stage.decay not in optim.DECAYS:
             raise ValueError(f"{role}.decay must be one of {optim.DECAYS}.")
+    divergence = config.draft.get("divergence", "forward_kl")
+    if divergence not in distill.DIVERGENCES:
+        raise ValueError(f"draft.divergence must be one of {', '.join(distill.DIVERGENCES)}; "
+                         f"got {divergence!r}.")
     if config.export.weights not in ("best", "final"):
         raise ValueError("export.weights must be 'best' or 'final'.")
     if config.export.dtype not in ("bfloat16", "float32"):

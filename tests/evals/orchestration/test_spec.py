@@ -26,6 +26,28 @@ def test_k_sweep_modes_and_default_k():
     assert not build_run_spec({"task": "humaneval", "k": 0}).uses_draft
 
 
+@pytest.mark.parametrize("values, modes, k", [
+    ({"k": "auto"}, (("autoregressive", 0), ("speculative", "auto")), "auto"),
+    ({"k": "AUTO", "baseline": False}, (("speculative", "auto"),), "auto"),
+    ({"k_sweep": "auto,2,0"},
+     (("autoregressive", 0), ("speculative", 2), ("speculative_auto", "auto")), 2),
+    ({"k_sweep": "auto"}, (("autoregressive", 0), ("speculative", "auto")), "auto"),
+])
+def test_auto_draft_length_is_a_mode(values, modes, k):
+    spec = build_run_spec({"task": "humaneval", **values})
+    assert spec.modes == modes and spec.k == k and spec.uses_draft
+    assert spec.identity()["k"] == k
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"k": "fast"}, "--k must be an integer"),
+    ({"k_sweep": "1,fast"}, 'comma-separated integers or "auto"'),
+])
+def test_bad_auto_spellings_are_one_line_errors(values, message):
+    with pytest.raises(UsageError, match=message):
+        build_run_spec({"task": "humaneval", **values})
+
+
 def test_completions_mode():
     spec = build_run_spec({"task": "humaneval", "completions": "x.jsonl", "pass_at": "1,10"})
     assert spec.modes == (("completions", 0),) and spec.ks == () and spec.pass_at == (1, 10)

@@ -98,3 +98,55 @@ def test_generated_examples_are_the_targets_greedy_outputs(tmp_path):
     for a, b in zip(distill.load_examples(path), generated):
         assert a.id == b.id and a.task == b.task
         np.testing.assert_array_equal(a.target_ids, b.target_ids)
+
+
+def _probs(logits):
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("divergence", distill.DIVERGENCES)
+def test_divergences_vanish_only_where_the_distributions_agree(divergence):
+    rng = np.random.default_rng(0)
+    target = rng.normal(size=(2, 3, 7)).astype(np.float32)
+    same = distill.token_divergence(target, target + 3.0, divergence).numpy()
+    np.testing.assert_allclose(same, 0.0, atol=1e-6)
+    other = distill.token_divergence(target, rng.normal(size=(2, 3, 7)).astype(np.float32),
+                                     divergence).numpy()
+    assert (other > 1e-3).all()
+
+
+def test_divergences_match_their_definitions():
+    rng = np.random.default_rng(1)
+    target = rng.normal(size=(1, 4, 6)).astype(np.float32) * 2
+    draft = rng.normal(size=(1, 4, 6)).astype(np.float32) * 2
+    p, q = _probs(target.astype(np.float64)), _probs(draft.astype(np.float64))
+    m = (p + q) / 2
+    expected = {
+        "forward_kl": (p * np.log(p / q)).sum(-1),
+        "reverse_kl": (q * np.log(q / p)).sum(-1),
+        "jsd": 0.5 * (p * np.log(p / m)).sum(-1) + 0.5 * (q * np.log(q / m)).sum(-1),
+        # TV = 1 - the overlap sum_x min(p, q), the acceptance rate of one draft token.
+        "tv": 1.0 - np.minimum(p, q).sum(-1),
+    }
+    for name, value in expected.items():
+        np.testing.assert_allclose(distill.token_divergence(target, draft, name).numpy(),
+                                   value, rtol=1e-4, atol=1e-6, err_msg=name)
+    assert (expected["jsd"] <= np.log(2.0)).all()
+
+
+@pytest.mark.parametrize("divergence", distill.DIVERGENCES)
+def test_divergence_gradients_are_finite_on_extreme_logits(divergence):
+    target = tf.constant([[[80.0, -80.0, 0.0, 0.0]]])
+    draft = tf.Variable([[[-80.0, 80.0, 0.0, 0.0]]])
+    with tf.GradientTape() as tape:
+        loss, metrics = distill.distillation_loss(target, draft, MASK[:1, :1],
+                                                  divergence=divergence)
+    grad = tape.gradient(loss, draft).numpy()
+    assert np.isfinite(loss.numpy()) and np.isfinite(grad).all() and np.abs(grad).sum() > 0
+    assert ("kl" in metrics) and (divergence == "forward_kl" or divergence in metrics)
+
+
+def test_unknown_divergence_is_refused():
+    with pytest.raises(ValueError, match="Unknown divergence 'l2'"):
+        distill.DistillationObjective(None, divergence="l2")

@@ -1,0 +1,79 @@
+"""Tests of `python -m recipes.tiny_code.compare_objectives` on the smoke recipe."""
+
+import json
+import os
+
+import pytest
+
+from recipes.tiny_code import compare_objectives
+from recipes.tiny_code import data as data_lib
+from recipes.tiny_code.train import load_config
+from tfspec import checkpoints
+from tfspec.tokenizer import TINY_CODE_TOKENIZER, load_tokenizer
+from tfspec.training import examples as examples_lib, stages
+
+from tests.tfspec.training.tiny_data import fake_corpus
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs",
+                      "zoo_draft_objectives.py")
+
+
+@pytest.fixture
+def tiny_data(monkeypatch):
+    config = load_config(CONFIG + ":smoke")
+    corpus = fake_corpus(n=4)
+    tokenizer = load_tokenizer(TINY_CODE_TOKENIZER)
+    kwargs = dict(max_encoder_length=config.data.max_encoder_length,
+                  max_target_length=config.data.max_target_length)
+    data = stages.Data(tokenizer, corpus,
+                       examples_lib.make_examples(corpus, tokenizer, "train", **kwargs),
+                       examples_lib.make_examples(corpus, tokenizer, "validation", **kwargs),
+                       ("fake",))
+    monkeypatch.setattr(data_lib, "load_data", lambda _: data)
+    return data
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """A random target and draft of the smoke recipe's shapes, saved as model directories."""
+    config = load_config(CONFIG + ":smoke")
+    paths = {}
+    for role in (stages.TARGET, stages.DRAFT):
+        paths[role] = str(tmp_path / role)
+        checkpoints.save_model(stages.build_model(config, role), paths[role], dtype="float32")
+    return paths
+
+
+def test_trains_each_variant_from_the_initial_draft_and_measures_beta(tiny_data, pair,
+                                                                      tmp_path):
+    workdir = str(tmp_path / "work")
+    args = ["--config", CONFIG + ":smoke", "--workdir", workdir, "--no_progress",
+            "--set", f"draft.target_from={pair['target']}",
+            "--set", f"draft.init_from={pair['draft']}",
+            "--json", str(tmp_path / "out.json")]
+    comparison = compare_objectives.main(args)
+    rows = {r["variant"]: r for r in comparison["rows"]}
+    assert list(rows) == ["initial", "smoke"]
+    assert rows["smoke"]["divergence"] == "tv" and rows["smoke"]["steps"] == 4
+    for r in rows.values():
+        assert 0.0 <= r["beta_t1"] <= 1.0 and 0.0 <= r["beta_t0"] <= 1.0
+    # The fine-tuned draft moved away from its initial weights (4 TV steps at lr 3e-4).
+    assert rows["smoke"]["beta_t1"] != rows["initial"]["beta_t1"]
+    # The draft's own samples were generated once, cached and shared.
+    draft_dir = os.path.join(workdir, "smoke", "draft")
+    samples = [json.loads(line) for line in open(os.path.join(draft_dir, stages.ON_POLICY_FILE))]
+    assert len(samples) == 4 and all(s["id"].startswith("on_policy:") for s in samples)
+    assert os.path.exists(os.path.join(workdir, "shared", stages.ON_POLICY_FILE))
+    with open(tmp_path / "out.json", encoding="utf-8") as f:
+        assert json.load(f)["rows"] == comparison["rows"]
+    # Resuming reuses the finished variant and its measurement.
+    again = compare_objectives.main(args)
+    assert again["rows"] == comparison["rows"]
+
+
+def test_a_draft_of_other_shapes_is_refused(tiny_data, pair, tmp_path):
+    with pytest.raises(ValueError, match="does not match the recipe's draft"):
+        compare_objectives.main(["--config", CONFIG + ":smoke", "--workdir",
+                                 str(tmp_path / "w"), "--no_progress",
+                                 "--set", f"draft.target_from={pair['target']}",
+                                 "--set", f"draft.init_from={pair['target']}"])

@@ -1,0 +1,146 @@
+"""Adaptive draft length, `tfspec.generate(..., k="auto")`: how many tokens to draft.
+
+Two levels, neither of which changes the output distribution:
+
+* Within a request (compiled, `decoding.decode_loop` with `LoopConfig.adaptive`): every row
+  drafts up to its own horizon, stops after a draft its draft model is unsure of
+  (q(d) < `confidence`, Hugging Face's `assistant_confidence_threshold`), and moves its
+  horizon by Hugging Face's `num_assistant_tokens` schedule (+ 2 after a fully accepted
+  horizon, - 1 after a rejection), within [1, k_max]. k_max is compiled; the verify window
+  is k_max + 1 wide whatever the horizon (static shapes).
+* Across requests (here, in Python): a `Controller` per (target, draft, sampling, settings)
+  carries the horizon from one request to the next, and for every request shape (batch,
+  prompt bucket, max_new_tokens) measures the milliseconds per token of adaptive
+  speculative decoding and of plain autoregressive decoding, then runs the faster one. The
+  slower mode is measured again every `revisit`-th request of that shape, so a workload
+  whose acceptance changes is noticed. Calls that compiled a loop are not counted as
+  measurements. This is the fallback to autoregressive decoding where speculation loses:
+  measured, not predicted, because on this project's CPU the walltime formula's premises
+  (a verify that costs one step, free rounds, no per-request draft encoder) do not hold.
+
+Both modes are exact, so a sequence's distribution is the target's whichever mode a
+request gets; which mode that is depends on timings, so sampled tokens are reproducible
+across processes only with `fallback=False` (or a fixed k).
+"""
+
+import dataclasses
+import weakref
+from typing import Any, Dict, Optional, Tuple
+
+SPECULATIVE = "speculative"
+AUTOREGRESSIVE = "autoregressive"
+_EMA = 0.3  # Weight of the newest measurement in a mode's running ms/token.
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoDraft:
+    """The settings of `k="auto"` (pass an instance as `k` to change them).
+
+    Attributes:
+      k_max: the compiled maximum draft length (the verify window is k_max + 1 wide).
+      confidence: a row stops drafting after a draft d with q(d) below this (0: never).
+      initial_k: the horizon of the first request, default min(4, k_max) (later requests
+        start from the horizon the previous one ended with).
+      fallback: run autoregressive decoding for request shapes where it measured faster.
+      revisit: re-measure the slower mode every this many requests of a shape (>= 2).
+    """
+
+    k_max: int = 6
+    confidence: float = 0.4
+    initial_k: Optional[int] = None
+    fallback: bool = True
+    revisit: int = 16
+
+    def __post_init__(self):
+        if int(self.k_max) != self.k_max or self.k_max < 1:
+            raise ValueError(f"AutoDraft.k_max must be an integer >= 1, got {self.k_max}")
+        if not 0.0 <= float(self.confidence) < 1.0:
+            raise ValueError(f"AutoDraft.confidence must be in [0, 1), got {self.confidence}")
+        if self.initial_k is not None and (int(self.initial_k) != self.initial_k
+                                           or not 1 <= self.initial_k <= self.k_max):
+            raise ValueError(f"AutoDraft.initial_k must be an integer in [1, k_max = "
+                             f"{self.k_max}], got {self.initial_k}")
+        if int(self.revisit) != self.revisit or self.revisit < 2:
+            raise ValueError(f"AutoDraft.revisit must be an integer >= 2, got {self.revisit}")
+
+    @property
+    def first_horizon(self) -> int:
+        return int(self.initial_k) if self.initial_k is not None else min(4, int(self.k_max))
+
+
+def resolve(k) -> Optional[AutoDraft]:
+    """The `AutoDraft` that `k` asks for ("auto" or an instance), or None for a fixed k.
+
+    Raises:
+      ValueError: a string other than "auto".
+    """
+    if isinstance(k, AutoDraft):
+        return k
+    if isinstance(k, str):
+        if k.strip().lower() != "auto":
+            raise ValueError(f'k must be a non-negative integer or "auto", got {k!r}')
+        return AutoDraft()
+    return None
+
+
+class Controller:
+    """The cross-request state of `k="auto"` for one (target, draft, sampling, settings)."""
+
+    def __init__(self, auto: AutoDraft):
+        self.auto = auto
+        self.horizon = auto.first_horizon
+        self.ms_per_token: Dict[Tuple[Any, str], float] = {}
+        self.requests: Dict[Any, int] = {}
+        self.history = []  # (shape, mode, ms per token or None when the call compiled)
+
+    def choose(self, shape) -> str:
+        """The mode of the next request of `shape`: SPECULATIVE or AUTOREGRESSIVE."""
+        count = self.requests.get(shape, 0)
+        self.requests[shape] = count + 1
+        if not self.auto.fallback:
+            return SPECULATIVE
+        speculative = self.ms_per_token.get((shape, SPECULATIVE))
+        autoregressive = self.ms_per_token.get((shape, AUTOREGRESSIVE))
+        if speculative is None:
+            return SPECULATIVE
+        if autoregressive is None:
+            return AUTOREGRESSIVE
+        faster, slower = ((SPECULATIVE, AUTOREGRESSIVE) if speculative <= autoregressive
+                          else (AUTOREGRESSIVE, SPECULATIVE))
+        return slower if count % self.auto.revisit == self.auto.revisit - 1 else faster
+
+    def record(self, shape, mode: str, seconds: float, tokens: int, compiled: bool,
+               final_horizons=None) -> None:
+        """Feeds back one request: its wall time, tokens, whether it compiled, and (for a
+        speculative request) the rows' horizons at the end."""
+        ms = None
+        if not compiled and tokens > 0:
+            ms = 1e3 * float(seconds) / int(tokens)
+            key = (shape, mode)
+            old = self.ms_per_token.get(key)
+            self.ms_per_token[key] = ms if old is None else (1 - _EMA) * old + _EMA * ms
+        self.history.append((shape, mode, ms))
+        if mode == SPECULATIVE and final_horizons is not None and len(final_horizons):
+            mean = float(sum(int(h) for h in final_horizons)) / len(final_horizons)
+            self.horizon = min(max(int(round(mean)), 1), self.auto.k_max)
+
+
+# target -> draft -> {(sampling, AutoDraft): Controller}; weak keys, so a dropped model
+# takes its controllers with it.
+_CONTROLLERS: "weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary]" = (
+    weakref.WeakKeyDictionary())
+
+
+def controller(target, draft, sampling, auto: AutoDraft) -> Controller:
+    """The `Controller` of this (target, draft, sampling, settings), created on first use."""
+    per_draft = _CONTROLLERS.setdefault(target, weakref.WeakKeyDictionary())
+    table = per_draft.setdefault(draft, {})
+    key = (sampling, auto)
+    if key not in table:
+        table[key] = Controller(auto)
+    return table[key]
+
+
+def reset() -> None:
+    """Forgets every controller's measurements and horizons (tests, benchmarks)."""
+    _CONTROLLERS.clear()
