@@ -4,11 +4,15 @@ Each variant fine-tunes the shipped `zoo:tiny-code-draft` for the same number of
 against the frozen shipped `zoo:tiny-code-target`, on the recipe's data (corpus text plus the
 target's greedy continuations of 2048 training prompts), with one objective:
 
-  forward_kl_offpolicy  forward KL(p || q), no draft samples: today's recipe, continued
-  forward_kl            forward KL, plus the draft's own samples of 4096 prompts at T = 1
+  forward_kl            forward KL(p || q), plus the draft's own samples of 4096 prompts at
+                        T = 1 (generated once from the shipped draft, shared by all variants)
   tv                    total variation (1 - the acceptance rate it rewards), plus samples
   jsd                   Jensen-Shannon, plus samples
-  reverse_kl            reverse KL(q || p), plus samples
+  forward_kl_offpolicy  forward KL, no draft samples: today's recipe, continued
+  reverse_kl            reverse KL(q || p), plus samples (not in the default comparison)
+
+Budget: 250 steps each (peak lr 3e-4 after 40 warm-up steps, cosine to 0.1x), about 8192
+padded tokens per step, the draft stage's validation every 125 steps.
 
 The comparison (held-out beta at temperature 0 and 1, bfloat16 weights as shipped) is run by
 

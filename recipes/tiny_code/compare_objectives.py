@@ -31,6 +31,7 @@ PROG = "python -m recipes.tiny_code.compare_objectives"
 COMPARISON_FILE = "comparison.json"
 BETA_FILE = "beta.json"
 INITIAL = "initial"
+CARD_SECTION = "## Distillation objectives compared"
 
 
 def parse_args(argv=None):
@@ -49,6 +50,15 @@ def parse_args(argv=None):
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="Override a field of every variant's recipe, e.g. "
                              "--set draft.steps=100.")
+    parser.add_argument("--card", default=None, metavar="MODEL_CARD.md",
+                        help="Write the comparison table into this model card (its section "
+                             f"{CARD_SECTION!r} is replaced, or appended).")
+    parser.add_argument("--export", default=None, metavar="VARIANT",
+                        help="Write VARIANT's final weights (bfloat16) over the draft named "
+                             "by --export_dir, keeping its tokenizer and card.")
+    parser.add_argument("--export_dir", default=None,
+                        help="The draft directory --export writes (e.g. "
+                             "tfspec/zoo/tiny-code-draft).")
     parser.add_argument("--no_progress", action="store_true", help="No progress bars.")
     return parser.parse_args(argv)
 
@@ -176,7 +186,65 @@ def main(argv=None):
             f.write(text)
         os.replace(path + ".tmp", path)
     print(markdown(rows))
+    if args.export:
+        if args.export not in configs or not args.export_dir:
+            raise ValueError(f"--export names one of the compared variants "
+                             f"({', '.join(variants)}) and needs --export_dir.")
+        export_variant(configs[args.export], os.path.join(workdir, args.export),
+                       args.export_dir)
+        stages.log(f"[compare] wrote {args.export}'s weights to {args.export_dir}")
+    if args.card:
+        write_card_section(args.card, card_section(comparison, args.export))
     return comparison
+
+
+def export_variant(config, variant_dir: str, directory: str):
+    """Saves a variant's final draft weights (bfloat16) into an existing model directory,
+    keeping its tokenizer and model card."""
+    from tfspec import checkpoints
+    from tfspec.training import stages
+    draft = stages.load_trained(config, variant_dir, stages.DRAFT, "final")
+    kept = {}
+    for name in (checkpoints.TOKENIZER_FILE, "MODEL_CARD.md"):
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                kept[name] = f.read()
+    checkpoints.save_model(draft, directory, dtype="bfloat16")
+    for name, data in kept.items():
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(data)
+
+
+def card_section(comparison, exported=None) -> str:
+    """The model-card section of a comparison (Markdown)."""
+    m = comparison["measurement"]
+    lines = [CARD_SECTION, "",
+             f"Each objective fine-tuned the draft above for the same number of steps "
+             f"(`python -m recipes.tiny_code.compare_objectives --config "
+             f"{comparison['config']}`), then its final weights, rounded to bfloat16, were "
+             f"measured with k = {m['k']} speculative decoding on {m['prompts']} held-out "
+             f"completion prompts ({m['max_new_tokens']} new tokens); \"initial\" is the draft "
+             "before fine-tuning. Held-out KL and overlap: teacher-forced, on the validation "
+             "split, at the last validation.", "", markdown(comparison["rows"]), ""]
+    if exported:
+        lines += [f"Shipped: `{exported}`.", ""]
+    return "\n".join(lines)
+
+
+def write_card_section(path: str, section: str):
+    """Replaces (or appends) `CARD_SECTION` in the card at `path`, atomically."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    start = text.find(CARD_SECTION)
+    if start >= 0:
+        end = text.find("\n## ", start + len(CARD_SECTION))
+        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,30 @@ def test_trains_each_variant_from_the_initial_draft_and_measures_beta(tiny_data,
     assert again["rows"] == comparison["rows"]
 
 
+def test_card_section_and_export(tiny_data, pair, tmp_path):
+    workdir = str(tmp_path / "work")
+    card = tmp_path / "MODEL_CARD.md"
+    card.write_text("# draft\n\n## Training\n\nold\n\n## Reproduce\n\nrun it\n")
+    shipped = tmp_path / "shipped"
+    checkpoints.save_model(checkpoints.load_model(pair["draft"]), str(shipped),
+                           dtype="bfloat16")
+    (shipped / "MODEL_CARD.md").write_text("kept\n")
+    before = (shipped / "model.safetensors").read_bytes()
+    args = ["--config", CONFIG + ":smoke", "--workdir", workdir, "--no_progress",
+            "--set", f"draft.target_from={pair['target']}",
+            "--set", f"draft.init_from={pair['draft']}", "--card", str(card),
+            "--export", "smoke", "--export_dir", str(shipped)]
+    compare_objectives.main(args)
+    compare_objectives.main(args)  # Again: the section is replaced, not added twice.
+    text = card.read_text()
+    assert text.count(compare_objectives.CARD_SECTION) == 1
+    assert "| smoke | tv |" in text and "Shipped: `smoke`" in text
+    assert text.index("## Training") < text.index("## Reproduce") < text.index(
+        compare_objectives.CARD_SECTION)
+    assert (shipped / "MODEL_CARD.md").read_text() == "kept\n"
+    assert (shipped / "model.safetensors").read_bytes() != before
+
+
 def test_a_draft_of_other_shapes_is_refused(tiny_data, pair, tmp_path):
     with pytest.raises(ValueError, match="does not match the recipe's draft"):
         compare_objectives.main(["--config", CONFIG + ":smoke", "--workdir",
