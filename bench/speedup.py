@@ -187,6 +187,12 @@ def _parse_args(argv=None):
                              'fallback to autoregressive decoding where that measured faster)')
     parser.add_argument("--batch_size", default="1", help="comma-separated batch sizes")
     parser.add_argument("--temperature", default="0", help="comma-separated temperatures")
+    parser.add_argument("--auto_k_max", type=_positive_int,
+                        default=adaptive.AutoDraft().k_max,
+                        help='the compiled maximum draft length of the "auto" entry')
+    parser.add_argument("--auto_confidence", type=float,
+                        default=adaptive.AutoDraft().confidence,
+                        help='the "auto" entry\'s confidence threshold on q(d) (0: none)')
     cli.add_bool(parser, "fixed_costs", False,
                  "also time every mode with max_new_tokens = 1 and split its time into "
                  "per-call fixed costs and loop iterations (the decode_* fields); doubles "
@@ -225,13 +231,15 @@ def per_row_acceptance(stats) -> List[float]:
 def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Sequence[int],
             sampling: tfspec.Sampling, max_new_tokens: int, repeats: int, seed: int = 0,
             eos_id="target", jit_compile: Optional[bool] = True,
-            fixed_costs: bool = False) -> List[dict]:
+            fixed_costs: bool = False,
+            auto: Optional[adaptive.AutoDraft] = None) -> List[dict]:
     """Times target AR, draft AR and speculative decoding at every k over `batches`.
 
     Each timed call decodes every batch of `batches` (one `generate` call per batch, all of
     one size), so a batch-1 measurement covers the whole prompt pool, not one prompt.
 
-    k may be "auto" (`tfspec.generate(k="auto")`, its controllers reset first, so that its
+    k may be "auto" (`tfspec.generate(k=auto)`, default `AutoDraft()`; its controllers reset
+    first, so that its
     exploration, both modes measured per prompt bucket, falls into the warm-up and the
     first repeats). Its record's predicted fields are nan (no fixed k), its round fields use
     the mean drafts per round, and it adds `auto_speculative_fraction` (share of its calls
@@ -249,7 +257,10 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     eos_kwargs = {} if eos_id == "target" else {"eos_id": eos_id}
     eos_kwargs["jit_compile"] = jit_compile  # Tests pass None (eager): no compile time.
 
+    auto = auto or adaptive.AutoDraft()
+
     def call(model, k, d=None, new_tokens=max_new_tokens):
+        k = auto if k == AUTO else k
         return lambda: [tfspec.generate(model, prompts, draft=d, k=k, sampling=sampling,
                                         max_new_tokens=new_tokens, seed=seed, **eos_kwargs)
                         for prompts in batches]
@@ -353,7 +364,7 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
         top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, repeats: int = 3,
         seed: int = 0, target_spec: Optional[str] = None,
         draft_spec: Optional[str] = None, jit_compile: Optional[bool] = True,
-        fixed_costs: bool = False) -> dict:
+        fixed_costs: bool = False, auto: Optional[adaptive.AutoDraft] = None) -> dict:
     """Records for every (k, batch_size, temperature); see the module docstring."""
     records = []
     for batch_size in batch_sizes:
@@ -361,20 +372,28 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
         for temperature in temperatures:
             sampling = tfspec.Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
             records += measure(target, draft, batches, ks, sampling, max_new_tokens, repeats,
-                               seed, jit_compile=jit_compile, fixed_costs=fixed_costs)
+                               seed, jit_compile=jit_compile, fixed_costs=fixed_costs,
+                               auto=auto)
+    auto = auto or adaptive.AutoDraft()
     return {"target": target_spec, "draft": draft_spec, "max_new_tokens": max_new_tokens,
+            "auto": {"k_max": auto.k_max, "confidence": auto.confidence,
+                     "fallback": auto.fallback, "revisit": auto.revisit},
             "repeats": repeats, "seed": seed, "fixed_costs": fixed_costs,
             "machine": platform.processor() or platform.machine(), "records": records}
 
 
 def main(argv=None):
     args = _parse_args(argv)
+    try:
+        auto = adaptive.AutoDraft(k_max=args.auto_k_max, confidence=args.auto_confidence)
+    except ValueError as error:
+        raise SystemExit(cli.usage_error("python -m bench.speedup", error)) from None
     with bench_models.exit_on_prompts_error():
         target, draft, pool = load_pair_and_prompts(args)
     result = run(target, draft, pool, args.k, _ints(args.batch_size),
                  _floats(args.temperature), args.top_k, args.top_p, args.max_new_tokens,
                  args.repeats, args.seed, args.target, args.draft, jit_compile(args),
-                 args.fixed_costs)
+                 args.fixed_costs, auto)
     result["prompts"] = args.prompts  # None: the built-in pool.
     timing.print_table(result["records"], COLUMNS)
     timing.write_json(args.json, result)

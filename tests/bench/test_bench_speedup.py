@@ -172,10 +172,11 @@ def test_auto_is_a_k_entry_with_its_own_record(tmp_path):
     assert math.isnan(records[0]["auto_speculative_fraction"])
 
 
-@pytest.mark.parametrize("k", ["0", "two", "1,-3", ""])
-def test_bad_k_lists_are_one_line_errors(k, capsys):
+@pytest.mark.parametrize("flags", [["--k", "0"], ["--k", "two"], ["--k", "1,-3"], ["--k", ""],
+                                   ["--k", "auto", "--auto_confidence", "1.5"]])
+def test_bad_k_lists_are_one_line_errors(flags, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        speedup.main(["--target", TINY, "--draft", TINY_DRAFT, "--k", k])
+        speedup.main(["--target", TINY, "--draft", TINY_DRAFT] + flags)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--k" in err
+    assert len(err.splitlines()) == 1 and ("--k" in err or "confidence" in err)

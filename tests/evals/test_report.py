@@ -284,3 +284,43 @@ def test_greedy_runs_compare_outputs_token_for_token(tmp_path, flip, expected):
     markdown = "## Quality\n" + report.chen_table(report.load_runs([directory]))
     chen = _table(_sections(markdown), "Quality")
     assert {r["quality agrees"] for r in chen if r["source"] == "ours: greedy"} == {expected}
+
+
+def test_a_sweep_with_an_auto_entry_reports_it_as_a_row(tmp_path):
+    """k = "auto" has a table row (measured numbers, no formula) but no x position."""
+    directory = str(tmp_path / "auto_sweep")
+    os.makedirs(directory)
+
+    def metrics(ms, k):
+        out = {"quality": {"pass@1": 0.0}, "latency": {
+            "ms_per_token": ms, "seq_time_mean_s": 0.1, "seq_time_std_s": 0.01,
+            "seq_time_p50_s": 0.1, "seq_time_p90_s": 0.12, "seq_time_p99_s": 0.2,
+            "num_tokens": 1000}}
+        if k:
+            out["acceptance"] = {"acceptance_rate": 0.7, "beta_mean": 0.8,
+                                 "mean_tokens_per_round": 2.5,
+                                 "per_position": [0.8, 0.6, 0.4, 0.2]}
+        return out
+
+    modes = [("autoregressive", 0), ("speculative_k2", 2), ("speculative", 4),
+             ("speculative_auto", "auto")]
+    met = {"autoregressive": metrics(10.0, 0), "speculative_k2": metrics(6.0, 2),
+           "speculative": metrics(5.0, 4), "speculative_auto": metrics(4.0, "auto")}
+    header = {key: None for key in summary_lib.HEADER_KEYS}
+    header.update(task="humaneval", k=4, target="zoo:t", draft="zoo:d", seed=0,
+                  sampling={"temperature": 0.0, "top_k": 0, "top_p": 1.0},
+                  num_examples=10, num_samples=1)
+    calibration = {"draft_cost_ratio": 0.1, "target_step_s": 0.01, "draft_step_s": 0.001}
+    with open(os.path.join(directory, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary_lib.build_summary(header, modes, met, calibration,
+                                            {"calibration": calibration}), f)
+    with open(os.path.join(directory, "sweep.json"), "w", encoding="utf-8") as f:
+        json.dump(summary_lib.build_sweep(modes, met, calibration), f)
+    runs = report.load_runs([directory])
+    assert [e["k"] for e in runs[0].sweep] == [0, 2, 4, "auto"]
+    out = str(tmp_path / "out")
+    with open(report.build_report(runs, out), encoding="utf-8") as f:
+        rows = _table(_sections(f.read()), "auto_sweep")
+    assert [r["K"] for r in rows] == ["0", "2", "4", "auto"]
+    assert rows[-1]["speed-up (measured)"] == "2.50x" and rows[-1]["speed-up (formula)"] == "–"
+    assert os.path.getsize(os.path.join(out, "sweep_auto_sweep.png")) > 10_000
