@@ -175,8 +175,10 @@ def line_problem(line: Any) -> Optional[str]:
         return "quality is not an object"
     for name in ("num_tokens", "rounds", "accepted", "drafted", "verified", "batch_size", "k"):
         value = line.get(name)
+        if name == "k" and value == AUTO:
+            continue
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            return f"{name} is not an integer"
+            return f"{name} is not an integer" + (' or "auto"' if name == "k" else "")
     for name in ("time_s", "beta_sum"):
         value = line.get(name)
         if value is not None and (not isinstance(value, (int, float))

@@ -255,6 +255,27 @@ def test_sweep_prints_a_per_k_table_and_resuming_a_finished_run_changes_nothing(
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == files
 
 
+def test_auto_draft_length_runs_records_resumes_and_matches_greedy(pair, xsum, tmp_path):
+    out = tmp_path / "auto"
+    args = _xsum_args(pair, xsum, out, "--k", "auto", "--temperature", "0")
+    first = _run(args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["k"] == "auto"
+    spec = summary["runs"]["speculative"]
+    assert spec["predicted_speedup"] is None and spec["acceptance"]["acceptance_rate"] >= 0
+    lines = tiny_models.read_lines(str(out / "examples.jsonl"))
+    by_mode = {}
+    for row in lines:
+        by_mode.setdefault(row["mode"], {})[row["id"]] = row
+    assert {r["k"] for r in by_mode["speculative"].values()} == {"auto"}
+    # Greedy: whichever mode each call ran, the outputs are the autoregressive ones.
+    assert {i: r["output"] for i, r in by_mode["speculative"].items()} == {
+        i: r["output"] for i, r in by_mode["autoregressive"].items()}
+    again = _run([*args, "--resume"])
+    assert again.returncode == 0 and "already finished" in again.stdout, again.stderr[-2000:]
+
+
 @pytest.mark.parametrize("limit", [
     12, pytest.param(None, marks=pytest.mark.slow, id="all-164")])
 def test_completions_of_canonical_solutions_report_pass_at_1_of_100(tmp_path, limit):
