@@ -169,3 +169,17 @@ def test_auto_without_a_draft_is_autoregressive(models):
     target, _ = models
     gen = tfspec.generate(target, PROMPTS, k="auto", max_new_tokens=6, sampling=GREEDY)
     assert gen.mode is None and gen.stats.drafted.sum() == 0
+
+
+@pytest.mark.strategies
+def test_auto_under_every_strategy(strategy):
+    """k="auto" with the batch split across replicas (each gets its rows' horizons): the
+    greedy autoregressive tokens, and every draft accepted when the draft is the target."""
+    with strategy.scope():
+        target = T5(_config(2, 32), seed=1)
+    auto = adaptive.AutoDraft(k_max=3, confidence=0.0, initial_k=2, fallback=False)
+    kwargs = dict(max_new_tokens=10, sampling=GREEDY, eos_id=None, strategy=strategy)
+    ar = tfspec.generate(target, PROMPTS, **kwargs)
+    gen = tfspec.generate(target, PROMPTS, draft=target, k=auto, **kwargs)
+    np.testing.assert_array_equal(gen.tokens, ar.tokens)
+    np.testing.assert_array_equal(gen.stats.accepted, gen.stats.drafted)
