@@ -193,6 +193,9 @@ def _parse_args(argv=None):
     parser.add_argument("--auto_confidence", type=float,
                         default=adaptive.AutoDraft().confidence,
                         help='the "auto" entry\'s confidence threshold on q(d) (0: none)')
+    cli.add_bool(parser, "auto_fallback", adaptive.AutoDraft().fallback,
+                 'let the "auto" entry run autoregressive decoding where that measured '
+                 "faster (off: always adaptive speculation)")
     cli.add_bool(parser, "fixed_costs", False,
                  "also time every mode with max_new_tokens = 1 and split its time into "
                  "per-call fixed costs and loop iterations (the decode_* fields); doubles "
@@ -385,7 +388,8 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
 def main(argv=None):
     args = _parse_args(argv)
     try:
-        auto = adaptive.AutoDraft(k_max=args.auto_k_max, confidence=args.auto_confidence)
+        auto = adaptive.AutoDraft(k_max=args.auto_k_max, confidence=args.auto_confidence,
+                                  fallback=args.auto_fallback)
     except ValueError as error:
         raise SystemExit(cli.usage_error("python -m bench.speedup", error)) from None
     with bench_models.exit_on_prompts_error():

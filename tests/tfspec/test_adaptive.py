@@ -109,11 +109,27 @@ def test_controller_measures_both_modes_then_keeps_the_faster_and_revisits():
     c.record(shape, adaptive.SPECULATIVE, 0.2, 64, compiled=False)
     assert c.choose(shape) == adaptive.AUTOREGRESSIVE
     c.record(shape, adaptive.AUTOREGRESSIVE, 0.1, 64, compiled=False)
-    modes = [c.choose(shape) for _ in range(8)]
-    # Requests 3..10 (0-based) of this shape: the slower (speculative) mode every 4th.
-    assert modes == [adaptive.SPECULATIVE if (3 + i) % 4 == 3 else adaptive.AUTOREGRESSIVE
-                     for i in range(8)]
-    assert c.choose((1, 64, 64)) == adaptive.SPECULATIVE  # Other shapes start afresh.
+    assert c.pooled_log_ratio() == pytest.approx(np.log(2.0))
+    modes = [c.choose(shape) for _ in range(7)]
+    # Requests 4..10 (1-based) in all: the slower (speculative) mode every 4th.
+    assert modes == [adaptive.SPECULATIVE if (4 + i) % 4 == 0 else adaptive.AUTOREGRESSIVE
+                     for i in range(7)]
+    # A shape never measured follows the pooled decision at once (request 11).
+    assert c.choose((1, 64, 64)) == adaptive.AUTOREGRESSIVE
+
+
+def test_controller_pools_the_ratio_over_shapes():
+    c = adaptive.Controller(adaptive.AutoDraft(revisit=1000))
+    for shape, spec_s, ar_s in (((1, 8, 8), 0.9, 1.0), ((1, 16, 8), 0.8, 1.0),
+                                ((1, 24, 8), 1.05, 1.0)):
+        c.choose(shape)
+        c.record(shape, adaptive.SPECULATIVE, spec_s, 10, compiled=False)
+        c.choose(shape)
+        c.record(shape, adaptive.AUTOREGRESSIVE, ar_s, 10, compiled=False)
+    # Two shapes say speculation is faster, one (slightly) not: all three speculate.
+    assert c.pooled_log_ratio() < 0
+    assert {c.choose(s) for s in ((1, 8, 8), (1, 16, 8), (1, 24, 8))} == {
+        adaptive.SPECULATIVE}
 
 
 def test_controller_without_fallback_always_speculates():
