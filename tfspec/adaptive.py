@@ -12,8 +12,9 @@ Two levels, neither of which changes the output distribution:
   carries the horizon from one request to the next, and measures the milliseconds per
   token of adaptive speculative decoding and of plain autoregressive decoding per request
   shape (batch, prompt bucket, max_new_tokens), then runs the faster one, judged over all
-  shapes measured both ways (`Controller.choose`). The slower mode is measured again every
-  `revisit`-th request, so a workload whose acceptance changes is noticed. Calls that
+  shapes measured both ways (`Controller.choose`). The slower mode is measured again at
+  requests `revisit`, 2 `revisit`, 4 `revisit`, ..., so a workload whose acceptance changes
+  is noticed, at a cost that shrinks as the workload runs. Calls that
   compiled a loop are not counted as measurements. This is the fallback to autoregressive decoding where speculation loses:
   measured, not predicted, because on this project's CPU the walltime formula's premises
   (a verify that costs one step, free rounds, no per-request draft encoder) do not hold.
@@ -50,7 +51,8 @@ class AutoDraft:
       initial_k: the horizon of the first request, default min(4, k_max) (later requests
         start from the horizon the previous one ended with).
       fallback: run autoregressive decoding for request shapes where it measured faster.
-      revisit: re-measure the slower mode every this many requests (>= 2).
+      revisit: re-measure the slower mode at this request, then at twice, four times ...
+        that many requests (>= 2).
     """
 
     k_max: int = 4
@@ -100,6 +102,7 @@ class Controller:
         self.ms_per_token: Dict[Tuple[Any, str], float] = {}
         self.requests: Dict[Any, int] = {}
         self._total = 0
+        self._next_revisit = auto.revisit
         self.history = []  # (shape, mode, ms per token or None when the call compiled)
 
     def choose(self, shape) -> str:
@@ -125,7 +128,10 @@ class Controller:
             return AUTOREGRESSIVE
         faster, slower = ((SPECULATIVE, AUTOREGRESSIVE) if log_ratio <= 0
                           else (AUTOREGRESSIVE, SPECULATIVE))
-        return slower if self._total % self.auto.revisit == 0 else faster
+        if self._total >= self._next_revisit:
+            self._next_revisit *= 2
+            return slower
+        return faster
 
     def pooled_log_ratio(self) -> Optional[float]:
         """Mean over shapes measured both ways of log(speculative / autoregressive ms per

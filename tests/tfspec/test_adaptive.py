@@ -110,11 +110,11 @@ def test_controller_measures_both_modes_then_keeps_the_faster_and_revisits():
     assert c.choose(shape) == adaptive.AUTOREGRESSIVE
     c.record(shape, adaptive.AUTOREGRESSIVE, 0.1, 64, compiled=False)
     assert c.pooled_log_ratio() == pytest.approx(np.log(2.0))
-    modes = [c.choose(shape) for _ in range(7)]
-    # Requests 4..10 (1-based) in all: the slower (speculative) mode every 4th.
-    assert modes == [adaptive.SPECULATIVE if (4 + i) % 4 == 0 else adaptive.AUTOREGRESSIVE
-                     for i in range(7)]
-    # A shape never measured follows the pooled decision at once (request 11).
+    modes = [c.choose(shape) for _ in range(14)]
+    # Requests 4..17 (1-based) in all: the slower (speculative) mode at requests 4, 8, 16.
+    assert modes == [adaptive.SPECULATIVE if 4 + i in (4, 8, 16) else adaptive.AUTOREGRESSIVE
+                     for i in range(14)]
+    # A shape never measured follows the pooled decision at once (request 18).
     assert c.choose((1, 64, 64)) == adaptive.AUTOREGRESSIVE
 
 
