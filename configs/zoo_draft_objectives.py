@@ -22,6 +22,12 @@ The comparison (held-out beta at temperature 0 and 1, bfloat16 weights as shippe
 
 which trains the variants one after another in WORKDIR/VARIANT (resumable: re-run the same
 command) and writes WORKDIR/comparison.json; `--json` copies it elsewhere.
+
+Measured here (2-core CPU, 2026-12-02; held-out beta at T = 0 / T = 1, 64 prompts, k = 4):
+
+  initial (the shipped draft)  0.916 / 0.667
+  forward_kl                   0.919 / 0.663
+  tv, jsd                      (being measured at this stop)
 """
 
 import ml_collections
@@ -39,7 +45,7 @@ _ON_POLICY_PROMPTS = 4096
 def get_config(arg=None):
     """Returns the recipe of one variant; "smoke" is a tiny tv run for tests."""
     arg = common.variant(arg, "zoo_draft_objectives", VARIANTS, default="tv")
-    config = zoo_tiny_code.get_config("smoke" if arg == "smoke" else None)
+    config = zoo_tiny_code.build_config("smoke" if arg == "smoke" else "full")
     config.workdir = "~/.cache/tfspec/train/zoo_draft_objectives"
     draft = config.draft
     draft.steps = _STEPS

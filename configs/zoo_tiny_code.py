@@ -82,7 +82,13 @@ def _stage(steps, learning_rate, warmup_steps, eval_every):
 
 def get_config(arg=None):
     """Returns the recipe; `arg` "smoke" gives tiny shapes and a few steps (tests)."""
-    arg = common.variant(arg, "zoo_tiny_code", ("full", "smoke"), default="full")
+    return build_config(common.variant(arg, "zoo_tiny_code", ("full", "smoke"),
+                                       default="full"))
+
+
+def build_config(arg: str = "full"):
+    """The recipe of variant `arg` ("full" or "smoke"), already parsed (other recipes that
+    start from this one call it, so that each config parses only its own ARG)."""
     config = ml_collections.ConfigDict()
     config.workdir = "~/.cache/tfspec/train/zoo_tiny_code"
 
