@@ -103,7 +103,6 @@ class Controller:
         self.requests: Dict[Any, int] = {}
         self._total = 0
         self._next_revisit = auto.revisit
-        self.history = []  # (shape, mode, ms per token or None when the call compiled)
 
     def choose(self, shape) -> str:
         """The mode of the next request of `shape`: SPECULATIVE or AUTOREGRESSIVE.
@@ -147,13 +146,11 @@ class Controller:
                final_horizons=None) -> None:
         """Feeds back one request: its wall time, tokens, whether it compiled, and (for a
         speculative request) the rows' horizons at the end."""
-        ms = None
         if not compiled and tokens > 0:
             ms = 1e3 * float(seconds) / int(tokens)
             key = (shape, mode)
             old = self.ms_per_token.get(key)
             self.ms_per_token[key] = ms if old is None else (1 - _EMA) * old + _EMA * ms
-        self.history.append((shape, mode, ms))
         if mode == SPECULATIVE and final_horizons is not None and len(final_horizons):
             mean = float(sum(int(h) for h in final_horizons)) / len(final_horizons)
             self.horizon = min(max(int(round(mean)), 1), self.auto.k_max)

@@ -149,6 +149,8 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
     greedy = config.sampling.greedy
     eos_id = config.eos_id
     adaptive = config.adaptive
+    # The confidence test is the only reader of q(d); without it no V-wide work is added.
+    stops_when_unsure = adaptive is not None and adaptive.confidence > 0
     vocab_size = draft.vocab_size
     uniforms = None if greedy else rng.uniform(keys, round_idx, _STREAM_DRAFT, k)
     filler = eos_id if eos_id is not None else 0
@@ -158,7 +160,7 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
         """logits [batch, V] -> (token [batch], probs [batch, V] or None, confidence)."""
         if greedy:  # The one-hot distribution is implied by the argmax; skip V-wide work.
             token = tf.argmax(logits, axis=-1, output_type=tf.int32)
-            if adaptive is None:
+            if not stops_when_unsure:
                 return token, None, None
             # The draft's own probability of its argmax: exp(max - logsumexp).
             confidence = tf.exp(tf.reduce_max(logits, axis=-1)
@@ -166,8 +168,8 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
             return token, None, confidence
         probs = sampling_lib.logits_to_probs(logits, config.sampling)
         token = draft_sample_fn(probs, tf.gather(uniforms, i, axis=1))
-        confidence = (None if adaptive is None
-                      else tf.gather(probs, token, axis=1, batch_dims=1))
+        confidence = (tf.gather(probs, token, axis=1, batch_dims=1) if stops_when_unsure
+                      else None)
         return token, probs, confidence
 
     # Step-major buffers [k, batch(, V)]: step i writes row i in place (a one-index scatter
@@ -187,7 +189,7 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
             # draft d_{i+2} from its own budget and its own q (never from the target).
             drafted += tf.cast(~stopped, tf.int32)
             stopped |= drafted >= horizon
-            if adaptive.confidence > 0:
+            if stops_when_unsure:
                 stopped |= confidence < adaptive.confidence
         if eos_id is not None:
             stopped |= tf.equal(token, eos_id)

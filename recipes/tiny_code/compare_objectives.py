@@ -145,8 +145,8 @@ def main(argv=None):
     target = None
     init_from = base.draft.get("init_from", "") or ""
     if base.draft.get("target_from") and init_from:
-        target = stages._load_spec(base.draft.target_from)  # pylint: disable=protected-access
-        initial = stages._load_spec(init_from)  # pylint: disable=protected-access
+        target = stages.load_spec(base.draft.target_from)
+        initial = stages.load_spec(init_from)
         result = _measure(base, target, initial, data,
                           os.path.join(shared, f"{INITIAL}_{BETA_FILE}"))
         rows.append(row(INITIAL, result, {"divergence": None, "steps": 0}))
@@ -162,7 +162,7 @@ def main(argv=None):
                                      progress=not args.no_progress)
         _share(draft_dir, shared, caches)
         if target is None:
-            target = (stages._load_spec(config.draft.target_from)  # pylint: disable=protected-access
+            target = (stages.load_spec(config.draft.target_from)
                       if config.draft.get("target_from") else
                       stages.load_trained(config, variant_dir, stages.TARGET,
                                           config.export.weights))

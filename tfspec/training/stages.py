@@ -176,7 +176,7 @@ def train_draft(config, workdir: str, data: Data, max_steps: Optional[int] = Non
     """
     target_from = config.draft.get("target_from", "") or ""
     if target_from:
-        target = _load_spec(target_from)
+        target = load_spec(target_from)
     elif not trainer_lib.is_done(stage_dir(workdir, TARGET)):
         raise RuntimeError(f"The target stage in {stage_dir(workdir, TARGET)} has not "
                            "finished; run --stage target first (or --stage all).")
@@ -186,7 +186,7 @@ def train_draft(config, workdir: str, data: Data, max_steps: Optional[int] = Non
     model = build_model(config, DRAFT)
     init_from = config.draft.get("init_from", "") or ""
     if init_from:
-        copy_weights(_load_spec(init_from), model, init_from)
+        copy_weights(load_spec(init_from), model, init_from)
     _write_stage_info(config, workdir, DRAFT, model, data)
     objective = distill.DistillationObjective(
         target, label_weight=config.draft.label_weight, temperature=config.draft.temperature,
@@ -198,7 +198,8 @@ def train_draft(config, workdir: str, data: Data, max_steps: Optional[int] = Non
     return trainer.run()
 
 
-def _load_spec(spec: str) -> T5:
+def load_spec(spec: str) -> T5:
+    """A float32 T5 from a `tfspec.load_model` spec (a directory, zoo:NAME, ...)."""
     from tfspec import checkpoints  # Local: loading pulls in the checkpoint formats.
     return checkpoints.load_model(spec, dtype="float32")
 

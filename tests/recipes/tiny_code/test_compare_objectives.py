@@ -9,10 +9,9 @@ from recipes.tiny_code import compare_objectives
 from recipes.tiny_code import data as data_lib
 from recipes.tiny_code.train import load_config
 from tfspec import checkpoints
-from tfspec.tokenizer import TINY_CODE_TOKENIZER, load_tokenizer
-from tfspec.training import examples as examples_lib, stages
+from tfspec.training import stages
 
-from tests.tfspec.training.tiny_data import fake_corpus
+from tests.tfspec.training.tiny_data import tiny_stages_data
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs",
                       "zoo_draft_objectives.py")
@@ -20,15 +19,7 @@ CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs",
 
 @pytest.fixture
 def tiny_data(monkeypatch):
-    config = load_config(CONFIG + ":smoke")
-    corpus = fake_corpus(n=4)
-    tokenizer = load_tokenizer(TINY_CODE_TOKENIZER)
-    kwargs = dict(max_encoder_length=config.data.max_encoder_length,
-                  max_target_length=config.data.max_target_length)
-    data = stages.Data(tokenizer, corpus,
-                       examples_lib.make_examples(corpus, tokenizer, "train", **kwargs),
-                       examples_lib.make_examples(corpus, tokenizer, "validation", **kwargs),
-                       ("fake",))
+    data = tiny_stages_data(load_config(CONFIG + ":smoke"))
     monkeypatch.setattr(data_lib, "load_data", lambda _: data)
     return data
 

@@ -4,12 +4,11 @@ import os
 
 import pytest
 
-from tfspec.tokenizer import TINY_CODE_TOKENIZER, load_tokenizer
 from recipes.tiny_code import data as data_lib
 from recipes.tiny_code.train import load_config, main, parse_args
-from tfspec.training import examples as examples_lib, stages, trainer as trainer_lib
+from tfspec.training import stages, trainer as trainer_lib
 
-from tests.tfspec.training.tiny_data import fake_corpus
+from tests.tfspec.training.tiny_data import tiny_stages_data
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs",
                       "zoo_tiny_code.py")
@@ -22,15 +21,7 @@ FLAGS = ["--no_progress", "--set", "target.warmup_steps=1", "--set", "draft.warm
 @pytest.fixture
 def tiny_data(monkeypatch):
     """`data.load_data` on a 4-function fake corpus (no corpus build in tests)."""
-    config = load_config(CONFIG + ":smoke")
-    corpus = fake_corpus(n=4)
-    tokenizer = load_tokenizer(TINY_CODE_TOKENIZER)
-    kwargs = dict(max_encoder_length=config.data.max_encoder_length,
-                  max_target_length=config.data.max_target_length)
-    data = stages.Data(tokenizer, corpus,
-                       examples_lib.make_examples(corpus, tokenizer, "train", **kwargs),
-                       examples_lib.make_examples(corpus, tokenizer, "validation", **kwargs),
-                       ("fake",))
+    data = tiny_stages_data(load_config(CONFIG + ":smoke"))
     monkeypatch.setattr(data_lib, "load_data", lambda _: data)
     return data
 

@@ -52,3 +52,17 @@ def random_examples(count, vocab_size=64, seed=0, max_encoder=12, max_target=8):
         tgt = np.append(rng.integers(3, vocab_size, size=t - 1), 1).astype(np.int32)
         out.append(examples_lib.Example(f"x:{i}", "completion", enc, tgt))
     return out
+
+
+def tiny_stages_data(config, n=4):
+    """`stages.Data` of a recipe config on an `n`-function fake corpus (no corpus build)."""
+    from tfspec.tokenizer import TINY_CODE_TOKENIZER, load_tokenizer
+    from tfspec.training import stages
+    corpus = fake_corpus(n=n)
+    tokenizer = load_tokenizer(TINY_CODE_TOKENIZER)
+    kwargs = dict(max_encoder_length=config.data.max_encoder_length,
+                  max_target_length=config.data.max_target_length)
+    return stages.Data(tokenizer, corpus,
+                       examples_lib.make_examples(corpus, tokenizer, "train", **kwargs),
+                       examples_lib.make_examples(corpus, tokenizer, "validation", **kwargs),
+                       ("fake",))
