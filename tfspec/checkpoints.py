@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfspec import memory
+from tfspec.models import feature_draft as feature_draft_lib
 from tfspec.models.t5 import T5
 from tfspec.models.t5_config import T5Config
 
@@ -325,6 +326,8 @@ def _load_directory(directory: str, dtype: Optional[str]) -> T5:
             raise ValueError(f"{config_path} is not valid JSON: {e}") from e
     if _is_keras_hub_config(raw):
         return _load_keras_hub(directory, dtype, raw)
+    if raw.get("architectures") == [feature_draft_lib.ARCHITECTURE]:
+        return _load_feature_draft(directory, raw)
     _check_architecture(raw, config_path)
     config = T5Config.from_dict(raw)
     tensors = _TensorFiles(directory)
@@ -450,6 +453,52 @@ def load_model(spec, dtype: Optional[str] = None) -> T5:
         f"({', '.join(_keras_hub_preset_names()) or 'keras-hub not installed'}).")
 
 
+def _load_feature_draft(directory: str, raw: dict) -> "feature_draft_lib.FeatureDraft":
+    """A `FeatureDraft` from its directory (float32 variables; unbound: `tfspec.generate`
+    binds it to the target it is given, and refuses any other target)."""
+    from safetensors.numpy import load_file
+
+    config = feature_draft_lib.FeatureDraftConfig.from_dict(raw)
+    model = feature_draft_lib.FeatureDraft(config, initialize="zeros")
+    path = os.path.join(directory, WEIGHTS_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No {WEIGHTS_FILE} in {directory}.")
+    tensors = load_file(path)
+    mapping = model.weight_map()
+    missing = sorted(set(mapping) - set(tensors))
+    unexpected = sorted(set(tensors) - set(mapping))
+    if missing or unexpected:
+        raise ValueError(f"{path} does not match its config: missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]}")
+    for name, (variable, transposed) in mapping.items():
+        value = tensors[name]
+        value = value.T if transposed else value
+        if tuple(value.shape) != tuple(variable.shape):
+            raise ValueError(f"{path}: {name} is {tuple(value.shape)}, the config needs "
+                             f"{tuple(variable.shape)}")
+        variable.assign(value.astype(variable.dtype if isinstance(variable.dtype, str)
+                                     else variable.dtype.name))
+    return model
+
+
+def _save_feature_draft(model, directory: str, dtype) -> str:
+    from safetensors.tensorflow import save_file
+
+    tensors = {}
+    for name, (variable, transposed) in model.weight_map().items():
+        value = tf.convert_to_tensor(variable)
+        if value.dtype.is_floating:
+            value = tf.cast(value, dtype)
+        tensors[name] = tf.transpose(value) if transposed else value
+    save_file(tensors, os.path.join(directory, WEIGHTS_FILE), metadata={"format": "pt"})
+    config = model.config.to_dict()
+    config["dtype"] = dtype.name
+    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return directory
+
+
 def save_model(model: T5, directory, dtype: Optional[str] = None) -> str:
     """Writes `model` in the common layout (loadable by tfspec and HF transformers).
 
@@ -466,13 +515,17 @@ def save_model(model: T5, directory, dtype: Optional[str] = None) -> str:
     """
     from safetensors.tensorflow import save_file
 
-    if not isinstance(model, T5):
-        raise TypeError(f"save_model saves tfspec.models.T5 models, got {type(model).__name__}.")
+    is_feature_draft = isinstance(model, feature_draft_lib.FeatureDraft)
+    if not isinstance(model, T5) and not is_feature_draft:
+        raise TypeError(f"save_model saves tfspec.models.T5 models and feature drafts, got "
+                        f"{type(model).__name__}.")
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
-    dtype = tf.as_dtype(dtype or model.model_dtype)
+    dtype = tf.as_dtype(dtype or ("float32" if is_feature_draft else model.model_dtype))
     if dtype not in (tf.float32, tf.bfloat16):
         raise ValueError(f"save_model dtype must be float32 or bfloat16, got {dtype.name}.")
+    if is_feature_draft:
+        return _save_feature_draft(model, directory, dtype)
     tensors = {}
     for name, (variable, transposed) in model.hf_weight_map().items():
         value = tf.cast(tf.convert_to_tensor(variable), dtype)

@@ -107,6 +107,28 @@ class LoopState(NamedTuple):
     beta_sum: tf.Tensor               # float32 [batch]
     horizon: tf.Tensor                # int32 [batch], drafts allowed next round, 1..k
                                       # (adaptive); k otherwise
+    draft_features: tf.Tensor         # float32 [batch, D]: a feature draft's input feature
+                                      # of position n - 1 (the target's, in the draft's
+                                      # space; zeros at n = 0); [batch, 0] for other drafts
+
+
+def uses_target_features(draft) -> bool:
+    """Whether `draft` is a feature draft (`tfspec/models/protocol.py`): it reads the
+    target's features, handed over by the verify pass."""
+    return bool(getattr(draft, "uses_target_features", False))
+
+
+def _draft_step(draft, draft_context, cache, ids, positions, features):
+    """One draft decode of a window: (logits [batch, W, V], features, cache).
+
+    Feature drafts take and return features float32 [batch, W, D]; for other drafts
+    `features` passes through unchanged (a [batch, 0] stand-in, so that both kinds carry
+    loop variables of one static shape).
+    """
+    if uses_target_features(draft):
+        return draft.decode(draft_context, cache, ids, positions, features)
+    logits, cache = draft.decode(draft_context, cache, ids, positions)
+    return logits, features, cache
 
 
 def _gather_rows(values: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
@@ -114,8 +136,13 @@ def _gather_rows(values: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
     return tf.gather(values, index, batch_dims=1)
 
 
+def _gather_rows_nd(values: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
+    """values [batch, L, D], index [batch] -> [batch, D]: values[b, index[b]]."""
+    return tf.gather(values, index, axis=1, batch_dims=1)
+
+
 def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, keys,
-                 round_idx, config: LoopConfig, draft_sample_fn):
+                 round_idx, config: LoopConfig, draft_sample_fn, features):
     """Steps 1-2 of the round: up to k draft tokens and the distributions they were drawn from.
 
     Draft step i (0-based) decodes one token at position n + i: out[n] for i = 0, d_i after
@@ -139,6 +166,9 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
       n: int32 [batch], committed lengths.
       done: bool [batch], finished rows.
       horizon: int32 [batch], each row's draft budget (adaptive mode; else ignored).
+      features: float32 [batch, D], a feature draft's input feature of position n - 1 (the
+        target's true feature, from the last verify); [batch, 0] for other drafts. Step
+        i >= 1 of a feature draft reads the feature step i - 1 predicted instead.
 
     Returns:
       (draft_ids int32 [batch, k], draft_probs float32 [batch, k, V] or None in greedy mode,
@@ -178,8 +208,10 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
     probs_buf = (() if greedy else
                  tf.one_hot(ids_buf, vocab_size, dtype=tf.float32))
 
-    def step(i, token, stopped, drafted, cache, ids_buf, probs_buf):
-        logits, cache = draft.decode(draft_context, cache, token[:, None], (n + i)[:, None])
+    def step(i, token, stopped, drafted, cache, ids_buf, probs_buf, features):
+        logits, features, cache = _draft_step(draft, draft_context, cache, token[:, None],
+                                              (n + i)[:, None], features[:, None])
+        features = features[:, 0]
         token, probs, confidence = choose(logits[:, 0], i)
         ids_buf = tf.tensor_scatter_nd_update(ids_buf, [[i]], token[None])
         if not greedy:
@@ -193,17 +225,17 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
                 stopped |= confidence < adaptive.confidence
         if eos_id is not None:
             stopped |= tf.equal(token, eos_id)
-        return i + 1, token, stopped, drafted, cache, ids_buf, probs_buf
+        return i + 1, token, stopped, drafted, cache, ids_buf, probs_buf, features
 
     def keep_drafting(i, token, stopped, *_):
         del token
         return (i < k) & ~tf.reduce_all(stopped)
 
     # A while loop (not a Python loop) keeps one copy of the draft in the compiled program.
-    _, _, _, drafted, draft_cache, ids_buf, probs_buf = tf.while_loop(
+    _, _, _, drafted, draft_cache, ids_buf, probs_buf, _ = tf.while_loop(
         keep_drafting, step,
         (tf.constant(0), last_ids, done, tf.zeros([batch], tf.int32), draft_cache, ids_buf,
-         probs_buf),
+         probs_buf, features),
         maximum_iterations=k)
     draft_ids = tf.transpose(ids_buf, [1, 0])                                # [batch, k]
     draft_probs = None if greedy else tf.transpose(probs_buf, [1, 0, 2])     # [batch, k, V]
@@ -212,8 +244,10 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
     return draft_ids, draft_probs, drafted, draft_cache
 
 
-def _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n, drafted=None):
-    """Writes d_k into the draft cache at position n + k.
+def _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n, drafted=None,
+                    verified_features=None):
+    """Writes d_k into the draft cache at position n + k (a feature draft: d_1 .. d_k at
+    n + 1 .. n + k, from the target's true features).
 
     The draft decoded d_1 .. d_{k-1} during the round but only *sampled* d_k, so its cache
     lacks position n + k. A row that accepted every draft commits d_k there (and the bonus
@@ -230,15 +264,35 @@ def _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n, drafted=Non
     In adaptive mode a row with m < k drafts needs d_m at n + m instead (it may have accepted
     all m); its steps past m, if the batch kept drafting, wrote only stale slots.
 
+    A feature draft wrote positions n + 1 .. n + k - 1 from its own *predicted* features.
+    For the committed ones that is not what a draft that saw the true prefix holds, so the
+    catch-up rewrites all k: slot n + j from (h_{n+j-1}, d_j), the target's verified feature
+    and the draft token, one k-wide window whose logits are discarded. Slots past the new
+    length n + a + 1 get stale entries (as above, and in adaptive mode whatever the row
+    drafted past m), rewritten before any query reads them. Worked example, k = 3, a = 1:
+
+      round:    step 0 writes n from (h_{n-1}, out[n]), steps 1-2 write n+1, n+2 from
+                (h^_n, d_1), (h^_{n+1}, d_2), predicted features h^
+      verify:   the target gives h_n, h_{n+1}, h_{n+2}, h_{n+3}; a = 1, next token t
+      catch-up: writes n+1 .. n+3 from (h_n, d_1), (h_{n+1}, d_2), (h_{n+2}, d_3)
+      next:     step 0 at n' = n + 2 reads h_{n+1} and t, rewriting slot n + 2 first
+
     Args:
       draft_ids: int32 [batch, k].
       n: int32 [batch], committed lengths before the round.
       drafted: int32 [batch], each row's m (adaptive mode), or None: every row drafted k.
+      verified_features: float32 [batch, k + 1, D], the target's features at n .. n + k in
+        the draft's input space (feature drafts), or None.
 
     Returns:
       The draft cache.
     """
     k = draft_ids.shape[1]
+    if verified_features is not None:
+        positions = n[:, None] + 1 + tf.range(k)[None, :]
+        _, _, cache = draft.decode(draft_context, draft_cache, draft_ids, positions,
+                                   verified_features[:, :k])
+        return cache
     if drafted is None:
         last_ids, last_positions = draft_ids[:, k - 1:], (n + k)[:, None]
     else:
@@ -252,7 +306,8 @@ def _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n, drafted=Non
 
 
 def _verify(target, target_context, target_cache, window_ids, positions, draft_ids,
-            draft_probs, keys, round_idx, config: LoopConfig, accept_fn, drafted=None):
+            draft_probs, keys, round_idx, config: LoopConfig, accept_fn, drafted=None,
+            feature_layers=()):
     """Steps 3-4 of the round: one target call over k + 1 positions, then the rule.
 
     Adaptive mode: a row with m < k drafts is judged on its first m only. The rule runs on
@@ -268,32 +323,48 @@ def _verify(target, target_context, target_cache, window_ids, positions, draft_i
       draft_ids: int32 [batch, k] or None (k = 0).
       draft_probs: float32 [batch, k, V], or None (k = 0 or greedy).
       drafted: int32 [batch], each row's m (adaptive mode), or None.
+      feature_layers: the target features a feature draft reads (empty: none).
 
     Returns:
       (num_accepted int32 [batch], next_ids int32 [batch], beta float32 [batch, k] or None,
-      target_cache).
+      target_cache, features float32 [batch, k + 1, F] at positions n .. n + k or None).
     """
     k = config.k
-    target_logits, target_cache = target.decode(target_context, target_cache, window_ids,
-                                                positions)
+    features = None
+    if feature_layers:
+        # The feature hand-off: the same target call gives the features, no extra pass.
+        target_logits, features, target_cache = target.decode_with_features(
+            target_context, target_cache, window_ids, positions, feature_layers)
+    else:
+        target_logits, target_cache = target.decode(target_context, target_cache, window_ids,
+                                                    positions)
+    result = _judge(target_logits, draft_ids, draft_probs, keys, round_idx, config,
+                    accept_fn, drafted)
+    return result + (target_cache, features)
+
+
+def _judge(target_logits, draft_ids, draft_probs, keys, round_idx, config: LoopConfig,
+           accept_fn, drafted):
+    """The rule on the verify's logits: (num_accepted, next_ids, beta) as in `_verify`."""
+    k = config.k
     if config.sampling.greedy:
         # Greedy is the general rule on one-hot distributions; working on argmax ids avoids
         # V-wide softmax/cumsum passes, which dominate the rounds of small models.
         target_ids = tf.argmax(target_logits, axis=-1, output_type=tf.int32)  # [batch, k+1]
         if k == 0:
-            return tf.zeros_like(target_ids[:, 0]), target_ids[:, 0], None, target_cache
+            return tf.zeros_like(target_ids[:, 0]), target_ids[:, 0], None
         result = acceptance_lib.accept_greedy(target_ids, draft_ids)
         if drafted is not None:
             capped = result.num_accepted >= drafted
             return (tf.minimum(result.num_accepted, drafted),
                     tf.where(capped, _gather_rows(target_ids, drafted), result.next_ids),
-                    result.beta, target_cache)
+                    result.beta)
     else:
         target_probs = sampling_lib.logits_to_probs(target_logits, config.sampling)
         final_uniforms = rng.uniform(keys, round_idx, _STREAM_FINAL, 1)[:, 0]
         if k == 0:
             next_ids = sampling_lib.sample_categorical(target_probs[:, 0], final_uniforms)
-            return tf.zeros_like(next_ids), next_ids, None, target_cache
+            return tf.zeros_like(next_ids), next_ids, None
         accept_uniforms = rng.uniform(keys, round_idx, _STREAM_ACCEPT, k)
         result = accept_fn(target_probs, draft_probs, draft_ids, accept_uniforms,
                            final_uniforms)
@@ -304,8 +375,8 @@ def _verify(target, target_context, target_cache, window_ids, positions, draft_i
                     tf.where(capped, sampling_lib.sample_categorical(after_last,
                                                                      final_uniforms),
                              result.next_ids),
-                    result.beta, target_cache)
-    return result.num_accepted, result.next_ids, result.beta, target_cache
+                    result.beta)
+    return result.num_accepted, result.next_ids, result.beta
 
 
 def _next_horizon(horizon, drafted, num_accepted, live, k: int):
@@ -384,10 +455,19 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
 
     # Encoders run once here; contexts are captured by the loop body, not carried.
     target_context, target_cache = target.prepare(prompt_ids, prompt_lengths, length)
-    if k > 0:
+    feature_draft = k > 0 and uses_target_features(draft)
+    feature_layers = tuple(draft.feature_layers) if feature_draft else ()
+    if feature_draft:
+        # No draft encoder: the draft cross-attends to the target's encoder output.
+        draft_context, draft_cache = draft.prepare_with_target(
+            target, target_context, prompt_ids, prompt_lengths, length)
+        first_features = tf.zeros([batch, draft.config.d_model], tf.float32)
+    elif k > 0:
         draft_context, draft_cache = draft.prepare(prompt_ids, prompt_lengths, length)
+        first_features = tf.zeros([batch, 0], tf.float32)
     else:
         draft_context, draft_cache = (), ()
+        first_features = tf.zeros([batch, 0], tf.float32)
 
     zeros = tf.zeros([batch], tf.int32)
     state = LoopState(
@@ -400,7 +480,8 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         beta_sum=tf.zeros([batch], tf.float32),
         horizon=(tf.clip_by_value(tf.cast(horizons, tf.int32), 1, max(k, 1))
                  if config.adaptive is not None and horizons is not None
-                 else tf.fill([batch], k)))
+                 else tf.fill([batch], k)),
+        draft_features=first_features)
     adaptive = config.adaptive is not None and k > 0
     rows = tf.range(batch)[:, None]
     slot = tf.range(k + 1)[None, :]                                          # [1, k+1]
@@ -412,15 +493,19 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         if k > 0:
             draft_ids, draft_probs, drafted, draft_cache = _draft_block(
                 draft, draft_context, state.draft_cache, last_ids, n, state.done,
-                state.horizon, keys, state.round_idx, config, draft_sample_fn)
+                state.horizon, keys, state.round_idx, config, draft_sample_fn,
+                state.draft_features)
             window_ids = tf.concat([last_ids[:, None], draft_ids], axis=1)   # [batch, k+1]
         else:
             draft_cache = state.draft_cache
             window_ids = last_ids[:, None]
-        num_accepted, next_ids, beta, target_cache = _verify(
+        num_accepted, next_ids, beta, target_cache, target_features = _verify(
             target, target_context, state.target_cache, window_ids, n[:, None] + slot,
             draft_ids if k > 0 else None, draft_probs if k > 0 else None, keys,
-            state.round_idx, config, accept_fn, drafted if adaptive else None)
+            state.round_idx, config, accept_fn, drafted if adaptive else None,
+            feature_layers)
+        verified_features = (draft.input_features(target_features) if feature_draft
+                             else None)                                      # [batch, k+1, D]
         proposed = (tf.concat([draft_ids, next_ids[:, None]], axis=1) if k > 0
                     else next_ids[:, None])
 
@@ -454,7 +539,7 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         live_i = tf.cast(live, tf.int32)
         if k > 0:
             draft_cache = _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n,
-                                          drafted if adaptive else None)
+                                          drafted if adaptive else None, verified_features)
             accepted_now = tf.minimum(num_accepted, counted)
             verified_now = tf.minimum(num_accepted + 1, counted)
             verified_mask = tf.cast(slot[:, :k] < verified_now[:, None], tf.float32)
@@ -479,7 +564,11 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
             if k > 0 else state.accepted_per_position,
             beta_sum=state.beta_sum + tf.cast(live, tf.float32) * beta_now,
             horizon=_next_horizon(state.horizon, drafted, num_accepted, live, k)
-            if adaptive else state.horizon)
+            if adaptive else state.horizon,
+            # The feature of the new last position n + emitted - 1, which produced the
+            # row's last committed token: the next round's first draft step reads it.
+            draft_features=(_gather_rows_nd(verified_features, tf.maximum(emitted - 1, 0))
+                            if feature_draft else state.draft_features))
 
     def cond(state: LoopState):
         return ~tf.reduce_all(state.done)

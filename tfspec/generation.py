@@ -278,6 +278,8 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
         if draft.vocab_size != target.vocab_size:
             raise ValueError(f"target and draft must share the vocabulary: target vocab_size "
                              f"{target.vocab_size} != draft vocab_size {draft.vocab_size}")
+        if decoding.uses_target_features(draft):
+            draft.bind(target)  # Refuses, in one line, a target it was not trained for.
     if eos_id is _TARGET_DEFAULT:
         eos_id = target.eos_id
     if eos_id is not None and not 0 <= int(eos_id) < target.vocab_size:

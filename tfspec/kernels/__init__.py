@@ -408,6 +408,12 @@ def panel_cache(model, make: Callable[[], PanelCache]) -> PanelCache:
     return cache
 
 
+def drop_panel_cache(model) -> None:
+    """Forgets the model's `PanelCache` (its sources changed, e.g. a draft bound to
+    another target); the next `panel_cache` makes a new one."""
+    _CACHES.pop(model, None)
+
+
 def existing_panel_cache(model) -> Optional[PanelCache]:
     """The model's `PanelCache` if `panel_cache` made one, else None."""
     return _CACHES.get(model)

@@ -69,3 +69,88 @@ class DecodeModel(Protocol):
           logits: float32 [batch, window, V]; entry w is the next-token logits after ids[:, w].
           cache: updated with the window's entries.
         """
+
+
+class FeatureTarget(Protocol):
+    """A target that can hand its features to a feature draft (`tfspec.models.T5` is one).
+
+    Its `prepare` context carries `encoder_states` [B, S, D] and `encoder_mask` [B, S], which
+    a feature draft cross-attends to, and `lm_head` float32 [D, V]; and it decodes with
+    features as well as logits, in the same call:
+    """
+
+    def decode_with_features(self, context: Nest, cache: Nest, ids: tf.Tensor,
+                             positions: tf.Tensor, feature_layers: Tuple[int, ...]
+                             ) -> Tuple[tf.Tensor, Optional[tf.Tensor], Nest]:
+        """`decode`, plus features float32 [B, W, F] at `positions` (None for no layers).
+
+        Entry w of the features is the target's state at positions[:, w]: the state whose
+        logits (entry w of the logits) give the token at positions[:, w] + 1.
+        """
+
+
+class FeatureDraft(DecodeModel, Protocol):
+    """A draft that reads the target's features (EAGLE-style; `tfspec.models.FeatureDraft`).
+
+    The extension, in full:
+
+    - `uses_target_features = True`: the loop treats the draft as below; other drafts (T5,
+      NGram, PromptLookup) do not have the attribute and are driven as before.
+    - `feature_layers`: what the verify pass hands over (`FeatureTarget`).
+    - `bind(target)`: `tfspec.generate` binds the draft to its target, and the draft may
+      refuse one it was not trained for (one-line ValueError).
+    - `prepare_with_target(target, target_context, prompt_ids, prompt_lengths, max_length)`
+      replaces `prepare`: the draft builds its context from the target's (no encoder of its
+      own).
+    - `input_features(target_features [B, W, F]) -> [B, W, D]`: the target's features in the
+      draft's input space, where its own predictions live too.
+    - `decode(context, cache, ids, positions, features [B, W, D]) -> (logits, predicted
+      features [B, W, D], cache)`: entry w reads the feature of position positions[:, w] - 1
+      and the token at positions[:, w]; it predicts the feature at positions[:, w] and gives
+      the logits of the next token.
+
+    Which features the draft gets, in one round (n = the row's committed length, out[n] its
+    last token, h_j the target's true feature at j, h^_j the draft's prediction of it):
+
+        draft step 0   decode(out[n] @ n, h_{n-1})  -> q_1, h^_n     h_{n-1}: true, from
+                                                                     the last verify
+        draft step i   decode(d_i @ n + i, h^_{n+i-1}) -> q_{i+1}, h^_{n+i}
+        verify         the target decodes [out[n], d_1 .. d_k] @ n .. n + k and hands
+                       over h_n .. h_{n+k} with p_1 .. p_{k+1}: no extra target call
+        accept         a drafts and the next token t; the row's new length n' = n + a + 1
+        catch-up       decode([d_1 .. d_k] @ n + 1 .. n + k, [h_n .. h_{n+k-1}]): the
+                       draft's cache is rewritten from the true features
+        carried        h_{n'-1} = h_{n+a}, the next round's step 0 feature
+
+    Worked example, k = 3, one row at n = 4 (out[4] = 9), the draft proposes d = [5, 2, 7]
+    and the target accepts a = 1 (5) then draws t = 3:
+
+        step 0   decode(9 @ 4, h_3)        writes slot 4 from (h_3, 9)
+        step 1   decode(5 @ 5, h^_4)       writes slot 5 from (h^_4, 5): predicted feature
+        step 2   decode(2 @ 6, h^_5)       writes slot 6 from (h^_5, 2)
+        verify   [9, 5, 2, 7] @ 4..7       gives h_4 .. h_7
+        catch-up [5, 2, 7] @ 5..7          rewrites slot 5 from (h_4, 5), the committed
+                                           token with its true feature; slots 6, 7 get
+                                           (h_5, 2), (h_6, 7), stale: past n' = 6
+        next     decode(3 @ 6, h_5)        step 0 at n' = 6 rewrites slot 6 from (h_5, 3)
+                                           before any query reads it
+
+    So after every round the draft's cache holds, at every committed position j < n', the
+    entry of (h_{j-1}, out[j]): what a draft run over the committed prefix with the target's
+    features would hold, whatever was drafted and rejected. The target's features at
+    committed positions are a function of the prefix, so q stays a function of the prefix
+    and the draft's own random draws, which is all the rule needs to stay exact.
+    """
+
+    uses_target_features: bool
+    feature_layers: Tuple[int, ...]
+
+    def bind(self, target) -> "FeatureDraft":
+        """Binds to `target` (raises ValueError for one the draft cannot serve)."""
+
+    def prepare_with_target(self, target, target_context: Nest, prompt_ids: tf.Tensor,
+                            prompt_lengths: tf.Tensor, max_length: int) -> Tuple[Nest, Nest]:
+        """(context, cache) from the target's prepared context."""
+
+    def input_features(self, target_features: tf.Tensor) -> tf.Tensor:
+        """float32 [B, W, F] target features -> [B, W, D] draft input features."""

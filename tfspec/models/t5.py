@@ -70,6 +70,9 @@ class T5Context(NamedTuple):
     lm_head: Optional[tf.Tensor] = None
     panels: Optional[Tuple["T5LayerPanels", ...]] = None
     lm_head_panels: Optional[tf.Tensor] = None
+    # [B, S, D] compute dtype, the encoder output: read only by feature drafts, which
+    # project their own cross-attention K/V from it (XLA drops it from other programs).
+    encoder_states: Optional[tf.Tensor] = None
 
 
 class T5LayerPanels(NamedTuple):
@@ -240,7 +243,8 @@ class T5(keras.Model):
 
     def _decoder_layers(self, x: tf.Tensor, bias: tf.Tensor, self_mask: tf.Tensor,
                         context: T5Context, cache: Optional[T5Cache] = None,
-                        write_indices: Optional[tf.Tensor] = None):
+                        write_indices: Optional[tf.Tensor] = None,
+                        collect: Tuple[int, ...] = ()):
         """Runs the decoder blocks on a window.
 
         Args:
@@ -252,9 +256,11 @@ class T5(keras.Model):
             cache with L = max_length slots.
           write_indices: int32 [B, H, W, 3] (row, head, position) triples where the window's
             keys and values go, required with `cache`.
+          collect: indices of the blocks whose output residual streams are also returned.
 
         Returns:
-          (x float32 [B, W, D] before the final norm, updated T5Cache or None).
+          (x float32 [B, W, D] before the final norm, updated T5Cache or None, tuple of the
+          collected blocks' outputs float32 [B, W, D] in the order of `collect`).
         """
         compute = self.compute_dtype
         cross_mask = context.encoder_mask[:, None, None, :]  # [B, 1, 1, S]
@@ -262,7 +268,7 @@ class T5(keras.Model):
         config = self._config
         d_model, inner = config.d_model, config.num_heads * config.d_kv
         ffn_width = 2 * config.d_ff if config.is_gated_act else config.d_ff
-        new_keys, new_values = [], []
+        new_keys, new_values, outputs = [], [], {}
         for i, block in enumerate(self.decoder_blocks):
             h = block.self_attention_norm.normalize(x, compute)
             if panels is not None:
@@ -310,8 +316,9 @@ class T5(keras.Model):
                 x = x + kernels.matmul(hidden, panels[i].ffn_out, d_model)
             else:
                 x = x + tf.cast(block.ffn.transform(h), tf.float32)
+            outputs[i] = x
         new_cache = None if cache is None else T5Cache(tuple(new_keys), tuple(new_values))
-        return x, new_cache
+        return x, new_cache, tuple(outputs[i] for i in collect)
 
     def _final_decoder_states(self, x: tf.Tensor) -> tf.Tensor:
         """float32 [B, T, D] -> float32 [B, T, D] after the final norm (HF last_hidden_state)."""
@@ -387,7 +394,7 @@ class T5(keras.Model):
         pairs = [block.cross_attention.keys_values(encoder_states)
                  for block in self.decoder_blocks]
         context = T5Context(tuple(k for k, _ in pairs), tuple(v for _, v in pairs),
-                            encoder_mask)
+                            encoder_mask, encoder_states=encoder_states)
         if not for_decode:
             return context
         context = context._replace(lm_head=self.output_projection())
@@ -454,14 +461,51 @@ class T5(keras.Model):
         Returns:
           float32 [B, T, D].
         """
+        return self.decoder_features(encoder_ids, encoder_lengths, decoder_input_ids)[0]
+
+    def decoder_features(self, encoder_ids: tf.Tensor, encoder_lengths: Optional[tf.Tensor],
+                         decoder_input_ids: tf.Tensor, feature_layers: Tuple[int, ...] = ()
+                         ) -> Tuple[tf.Tensor, tf.Tensor, T5Context]:
+        """Uncached final decoder states, the features a feature draft reads, and the context.
+
+        Args:
+          encoder_ids, encoder_lengths, decoder_input_ids: as in `decoder_states`.
+          feature_layers: see `decode_with_features`.
+
+        Returns:
+          (states float32 [B, T, D], features float32 [B, T, F] with F = D x
+          len(feature_layers), or None when it is empty, the `T5Context` whose
+          `encoder_states` and `encoder_mask` a feature draft cross-attends to).
+        """
         context = self._context(*self.encode(encoder_ids, encoder_lengths))
         decoder_input_ids = tf.convert_to_tensor(decoder_input_ids, tf.int32)
         length = tf.shape(decoder_input_ids)[1]
         positions = tf.broadcast_to(tf.range(length)[None], tf.shape(decoder_input_ids))
         # Standard causal mask: the keys are the window itself, key j = position j.
         bias, mask = self._decoder_bias(positions[:1], length)
-        x, _ = self._decoder_layers(self._embed(decoder_input_ids), bias, mask, context)
-        return self._final_decoder_states(x)
+        x, _, collected = self._decoder_layers(self._embed(decoder_input_ids), bias, mask,
+                                               context, collect=self._collected(feature_layers))
+        states = self._final_decoder_states(x)
+        return states, self._features(states, collected, feature_layers), context
+
+    def _collected(self, feature_layers: Tuple[int, ...]) -> Tuple[int, ...]:
+        """The block indices `_decoder_layers` must collect for `feature_layers`."""
+        count = len(self.decoder_blocks)
+        for layer in feature_layers:
+            if not -1 <= layer < count:
+                raise ValueError(f"feature layer {layer} is outside [-1, {count}) for a target "
+                                 f"with {count} decoder layers")
+        return tuple(layer for layer in feature_layers if layer >= 0)
+
+    @staticmethod
+    def _features(states, collected, feature_layers) -> Optional[tf.Tensor]:
+        """Concatenates, in the order of `feature_layers`, the final states (-1) and the
+        collected block outputs: float32 [B, W, D x len(feature_layers)], or None."""
+        if not feature_layers:
+            return None
+        by_layer = dict(zip([layer for layer in feature_layers if layer >= 0], collected))
+        parts = [states if layer < 0 else by_layer[layer] for layer in feature_layers]
+        return parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
 
     def forward(self, encoder_ids: tf.Tensor, encoder_lengths: Optional[tf.Tensor],
                 decoder_input_ids: tf.Tensor) -> tf.Tensor:
@@ -523,6 +567,26 @@ class T5(keras.Model):
           (logits float32 [B, W, V], entry w = next-token logits after ids[:, w];
           the cache with slots `positions` of every row overwritten).
         """
+        logits, _, cache = self.decode_with_features(context, cache, ids, positions, ())
+        return logits, cache
+
+    def decode_with_features(self, context: T5Context, cache: T5Cache, ids: tf.Tensor,
+                             positions: tf.Tensor, feature_layers: Tuple[int, ...] = (-1,)
+                             ) -> Tuple[tf.Tensor, Optional[tf.Tensor], T5Cache]:
+        """`decode` that also hands over the features a feature draft reads (the
+        `FeatureTarget` extension of `tfspec/models/protocol.py`).
+
+        Args:
+          context, cache, ids, positions: as in `decode`.
+          feature_layers: static; -1 is the final decoder states (after the final norm, the
+            LM head's input: HF's `last_hidden_state`), i >= 0 the residual stream after
+            decoder block i. Empty: no features (plain `decode`).
+
+        Returns:
+          (logits float32 [B, W, V], features float32 [B, W, D x len(feature_layers)] (entry
+          w: the features at position positions[:, w], whose logits are logits[:, w]) or
+          None, the cache).
+        """
         ids = tf.convert_to_tensor(ids, tf.int32)
         positions = tf.convert_to_tensor(positions, tf.int32)
         # Static when traced with a static max_length (the loop's case), so the bias and
@@ -537,22 +601,36 @@ class T5(keras.Model):
             tf.broadcast_to(tf.range(heads)[None, :, None], grid),
             tf.broadcast_to(positions[:, None, :], grid)], axis=-1)
         bias, mask = self._decoder_bias(positions, key_length)
-        x, cache = self._decoder_layers(self._embed(ids), bias, mask, context, cache,
-                                        write_indices)
+        x, cache, collected = self._decoder_layers(
+            self._embed(ids), bias, mask, context, cache, write_indices,
+            collect=self._collected(feature_layers))
         states = self._final_decoder_states(x)
+        features = self._features(states, collected, feature_layers)
+        return self.decode_logits(context, states, single=ids.shape[0] == 1
+                                  and ids.shape[1] == 1), features, cache
+
+    def decode_logits(self, context: T5Context, states: tf.Tensor,
+                      single: bool = False) -> tf.Tensor:
+        """The decode path's LM head: float32 [B, W, D] final states -> [B, W, V] logits,
+        through the kernel panels where they apply.
+
+        Args:
+          context: from `prepare`.
+          states: float32 [B, W, D].
+          single: static, a one-row, one-token call (see below).
+        """
         if context.lm_head_panels is not None and _kernel_applies(states):
             if self._config.rescales_decoder_output:
                 states = states * (self._config.d_model ** -0.5)
-            return kernels.matmul(states, context.lm_head_panels, self._config.vocab_size), cache
+            return kernels.matmul(states, context.lm_head_panels, self._config.vocab_size)
         lm_head = context.lm_head
-        if (self.lm_head is None and self._dtype_name == "float32"
-                and ids.shape[0] == 1 and ids.shape[1] == 1):
+        if self.lm_head is None and self._dtype_name == "float32" and single:
             # A one-row call of a tied float32 model reads `shared` [V, D] directly: a
             # matrix-vector product as fast as with the [D, V] copy (measured), and XLA
             # then drops the per-request transpose when no call of the program uses it
             # (autoregressive targets and every draft step at batch 1).
             lm_head = None
-        return self.logits_from_states(states, lm_head), cache
+        return self.logits_from_states(states, lm_head)
 
     # ---------------------------------------------------------------------- checkpoint names
 

@@ -101,16 +101,18 @@ def stage_dir(workdir: str, stage: str) -> str:
     return os.path.join(workdir, stage)
 
 
-def _trainer(config, workdir: str, role: str, model, objective, data: Data,
-             max_steps: Optional[int], progress: bool,
-             train_examples: Optional[Sequence[examples_lib.Example]] = None
-             ) -> trainer_lib.Trainer:
+def make_trainer(config, workdir: str, role: str, model, objective, data: Data,
+                 max_steps: Optional[int], progress: bool,
+                 train_examples: Optional[Sequence[examples_lib.Example]] = None
+                 ) -> trainer_lib.Trainer:
+    """The `Trainer` of stage `role`: its config section, WORKDIR/role, its data seed."""
     stage_config = config[role]
     steps = int(max_steps if max_steps is not None else stage_config.steps)
     train_examples = data.train if train_examples is None else train_examples
     return trainer_lib.Trainer(
         model, objective, _optimizer(model, stage_config),
-        batches(config, train_examples, train=True, seed=config.seeds[f"{role}_data"]),
+        batches(config, train_examples, train=True,
+                seed=config.seeds.get(f"{role}_data", config.seeds["draft_data"])),
         stage_dir(workdir, role), max_steps=steps,
         valid_batches=batches(config, data.validation, train=False, seed=0),
         eval_every=stage_config.eval_every, checkpoint_every=stage_config.checkpoint_every,
@@ -155,7 +157,7 @@ def train_target(config, workdir: str, data: Data, max_steps: Optional[int] = No
     """Trains the target on the label cross-entropy of both tasks; returns the summary."""
     model = build_model(config, TARGET)
     _write_stage_info(config, workdir, TARGET, model, data)
-    trainer = _trainer(config, workdir, TARGET, model, losses.LabelObjective(), data,
+    trainer = make_trainer(config, workdir, TARGET, model, losses.LabelObjective(), data,
                        max_steps, progress)
     return trainer.run()
 
@@ -193,7 +195,7 @@ def train_draft(config, workdir: str, data: Data, max_steps: Optional[int] = Non
         divergence=config.draft.get("divergence", "forward_kl"))
     generated = target_generated(config, workdir, target, data, progress)
     on_policy = draft_sampled(config, workdir, model, data, progress)
-    trainer = _trainer(config, workdir, DRAFT, model, objective, data, max_steps, progress,
+    trainer = make_trainer(config, workdir, DRAFT, model, objective, data, max_steps, progress,
                        train_examples=list(data.train) + generated + on_policy)
     return trainer.run()
 
@@ -235,12 +237,12 @@ def target_generated(config, workdir: str, target, data: Data,
     examples (both tasks).
     """
     draft = config.draft
-    return _continuations(
-        config, workdir, target, data, GENERATED_FILE, "target's continuations",
-        count=int(draft.get("generated_prompts", 0) or 0), salt=7,
+    return continuations(
+        config, target, data, os.path.join(stage_dir(workdir, DRAFT), GENERATED_FILE),
+        "target's continuations", count=int(draft.get("generated_prompts", 0) or 0), salt=7,
         temperature=draft.generated_temperature,
-        max_new_tokens=draft.generated_max_new_tokens, id_prefix="generated",
-        progress=progress)
+        max_new_tokens=draft.generated_max_new_tokens,
+        batch_size=draft.generated_batch_size, id_prefix="generated", progress=progress)
 
 
 def draft_sampled(config, workdir: str, draft_model, data: Data,
@@ -253,33 +255,33 @@ def draft_sampled(config, workdir: str, draft_model, data: Data,
     training prompts than the target's continuations.
     """
     draft = config.draft
-    return _continuations(
-        config, workdir, draft_model, data, ON_POLICY_FILE, "draft's own samples",
-        count=int(draft.get("on_policy_prompts", 0) or 0), salt=11,
+    return continuations(
+        config, draft_model, data, os.path.join(stage_dir(workdir, DRAFT), ON_POLICY_FILE),
+        "draft's own samples", count=int(draft.get("on_policy_prompts", 0) or 0), salt=11,
         temperature=float(draft.get("on_policy_temperature", 1.0)),
         max_new_tokens=int(draft.get("on_policy_max_new_tokens",
                                      draft.get("generated_max_new_tokens", 128))),
-        id_prefix="on_policy", progress=progress)
+        batch_size=draft.generated_batch_size, id_prefix="on_policy", progress=progress)
 
 
-def _continuations(config, workdir: str, model, data: Data, file_name: str, what: str,
-                   count: int, salt: int, temperature: float, max_new_tokens: int,
-                   id_prefix: str, progress: bool) -> List[examples_lib.Example]:
-    """`count` continuations by `model` of a seeded sample of training prompts, cached."""
+def continuations(config, model, data: Data, path: str, what: str, count: int, salt: int,
+                  temperature: float, max_new_tokens: int, batch_size: int, id_prefix: str,
+                  progress: bool) -> List[examples_lib.Example]:
+    """`count` continuations by `model` of a seeded sample of training prompts, cached in
+    `path` (JSONL; a resumed stage reads the very same examples back)."""
     if not count:
         return []
-    path = os.path.join(stage_dir(workdir, DRAFT), file_name)
     if os.path.exists(path):
         return distill.load_examples(path)
     rng = np.random.default_rng([config.seeds["draft_data"], salt])
     picked = np.sort(rng.choice(len(data.train), size=min(count, len(data.train)),
                                 replace=False))
-    log(f"[draft] generating the {what} of {len(picked)} training prompts "
+    log(f"[train] generating the {what} of {len(picked)} training prompts "
         f"(temperature {temperature:g})")
     generated = distill.generated_examples(
         model, [data.train[i] for i in picked],
         max_new_tokens=min(max_new_tokens, config.data.max_target_length),
-        batch_size=config.draft.generated_batch_size, temperature=temperature,
+        batch_size=batch_size, temperature=temperature,
         seed=config.seeds["draft_data"], progress=progress, id_prefix=id_prefix)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     distill.save_examples(path, generated)

@@ -1,0 +1,72 @@
+r"""`zoo:tiny-code-eagle`: an EAGLE-style feature draft for the embedded target.
+
+Trains a `tfspec.models.FeatureDraft` for the frozen `zoo:tiny-code-target` on the recipe's
+code corpus plus the target's own sampled continuations, then exports it next to its target:
+
+    python -m recipes.tiny_code.train --config configs/zoo_tiny_code_eagle.py \
+        --stage feature_draft          # resumable: re-run the same command
+    python -m recipes.tiny_code.train --config configs/zoo_tiny_code_eagle.py \
+        --stage feature_draft_export   # writes tfspec/zoo/tiny-code-eagle/
+
+Variants (`:ARG`): "full" (default; the shipped head), "smoke" (tiny shapes, a few steps;
+tests pass a smoke target with --set feature_draft.target_from=DIR).
+
+The head: one T5 decoder block at the target's width (d_model 384, 6 heads x 64) with a
+gated-GELU feed-forward of `d_ff`, cross-attention to the target's encoder output (so a
+request runs no draft encoder), the target's embedding and LM head (bound, not stored)
+restricted to the `draft_vocab_size` most frequent training tokens.
+
+Measured here (2-core CPU shared with test runs, 2026-12-02): 1200 steps (1.21 epochs, the
+corpus plus the target's T = 1 continuations of 2048 prompts) in 66 min; 2,068,928
+parameters, 3.95 MB bfloat16. Held-out, teacher-forced: overlap sum_x min(p, q) 0.753 at
+draft step 1 and 0.751 at step 2 (training-time test), greedy match 0.696. Through
+`tfspec.generate` on 64 held-out prompts, k = 4, 64 new tokens, beside the T5 draft on the
+same prompts: beta 0.860 at T = 0 and **0.754 at T = 1** (T5 draft: 0.916 and 0.667);
+acceptance 0.732 / 0.535 (T5 draft 0.811 / 0.413).
+"""
+
+from configs import common
+from configs import zoo_tiny_code
+
+VARIANTS = ("full", "smoke")
+
+
+def get_config(arg=None):
+    """Returns the recipe; `arg` "smoke" gives tiny shapes and a few steps (tests)."""
+    arg = common.variant(arg, "zoo_tiny_code_eagle", VARIANTS, default="full")
+    config = zoo_tiny_code.build_config(arg)
+    config.workdir = ("~/.cache/tfspec/train/zoo_tiny_code_eagle" if arg == "full"
+                      else "~/.cache/tfspec/train/zoo_tiny_code_eagle_smoke")
+    config.seeds.feature_draft = 3
+    config.seeds.feature_draft_data = 3
+    section = zoo_tiny_code._stage(1200, 1e-3, 60, eval_every=300)  # pylint: disable=protected-access
+    section.target_from = "zoo:tiny-code-target"
+    section.compare_draft = "zoo:tiny-code-draft"  # measured beside it at export
+    section.d_ff = 512
+    section.feature_layers = (-1,)
+    section.draft_vocab_size = 2048
+    section.cross_attention = True
+    section.depth = 2
+    section.depth_decay = 0.8
+    section.feature_weight = 1.0
+    section.sampled_prompts = 2048
+    section.sampled_temperature = 1.0
+    section.sampled_max_new_tokens = 128
+    section.sampled_batch_size = 32
+    config.feature_draft = section
+    config.export.feature_draft_name = "tiny-code-eagle"
+    config.export.feature_draft_max_mb = 15.0
+    if arg == "smoke":
+        section.target_from = ""
+        section.compare_draft = ""
+        section.d_ff = 32
+        section.draft_vocab_size = 200
+        section.steps = 6
+        section.warmup_steps = 2
+        section.eval_every = 3
+        section.checkpoint_every = 3
+        section.log_every = 2
+        section.sampled_prompts = 4
+        section.sampled_max_new_tokens = 8
+        section.sampled_batch_size = 4
+    return config

@@ -1,0 +1,370 @@
+"""The feature-draft stage: train an EAGLE-style `FeatureDraft` for a frozen target.
+
+    train_feature_draft(config, workdir, data)   -> WORKDIR/feature_draft/
+    export_feature_draft(config, workdir, zoo_dir, data)
+
+For every batch the frozen target runs teacher-forced once (no gradients) and gives its final
+decoder states h, the features the draft reads (`feature_draft.feature_layers`), its encoder
+output and its next-token distribution p. The draft's `rollout` predicts the features
+h^(s) of pass s = 1 .. depth (pass 1 on the target's true features, later passes on the
+draft's own predictions: EAGLE-3's training-time test), and the loss is, per pass,
+
+    cross-entropy(p, q^(s)) + feature_weight x smooth-L1(h^(s), h)
+
+with q^(s) = softmax(target LM head(h^(s))) over the draft vocabulary (p restricted to it),
+averaged over real target tokens and weighted depth_decay^(s - 1) (EAGLE's choices: the
+cross-entropy against the target's distribution is forward KL up to a constant, and the
+regression keeps the predicted features usable as the next step's input). The metrics
+include `overlap_s`: the mean of sum_x min(p, q^(s)) at temperature 1, the acceptance
+probability of one sampled draft token at draft step s (held-out beta, teacher-forced).
+
+The training examples are the corpus plus the target's own continuations of
+`feature_draft.sampled_prompts` training prompts at `sampled_temperature` (default 1:
+the prefixes sampled decoding verifies on), generated once and cached in
+WORKDIR/feature_draft/sampled.jsonl.
+"""
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tfspec.models import feature_draft as feature_draft_lib
+from tfspec.training import examples as examples_lib
+from tfspec.training import losses
+from tfspec.training import stages
+from tfspec.training import trainer as trainer_lib
+
+STAGE = "feature_draft"
+EXPORT_STAGE = "feature_draft_export"
+SAMPLED_FILE = "sampled.jsonl"
+
+
+class FeatureDraftObjective:
+    """Loss of the feature-draft stage: `objective(draft, batch) -> (loss, metrics)`.
+
+    Args:
+      target: the frozen `tfspec.models.T5`.
+      depth: rollout passes (1 = teacher forcing only).
+      feature_weight: weight of the smooth-L1 feature regression.
+      depth_decay: weight of pass s is depth_decay^(s - 1).
+    """
+
+    def __init__(self, target, depth: int = 1, feature_weight: float = 1.0,
+                 depth_decay: float = 1.0):
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        self.target = target
+        self.depth = int(depth)
+        self.feature_weight = float(feature_weight)
+        self.depth_decay = float(depth_decay)
+
+    def __call__(self, draft, batch):
+        states, features, context = self.target.decoder_features(
+            batch["encoder_ids"], batch["encoder_lengths"], batch["decoder_input_ids"],
+            draft.feature_layers)
+        states = tf.stop_gradient(states)
+        features = tf.stop_gradient(features)
+        encoder_states = tf.stop_gradient(context.encoder_states)
+        lm_head = tf.stop_gradient(draft.lm_head_subset(self.target.output_projection()))
+        target_logits = tf.stop_gradient(self.target.logits_from_states(states))  # [B, T, V]
+        target_probs = tf.nn.softmax(target_logits)
+        subset_probs = (target_probs if draft.full_vocabulary
+                        else tf.gather(target_probs, draft.draft_vocab, axis=-1))
+        target_argmax = tf.argmax(target_logits, axis=-1, output_type=tf.int32)
+        passes = draft.rollout(features, batch["decoder_input_ids"], encoder_states,
+                               context.encoder_mask, self.depth)
+        mask = batch["loss_mask"]
+        positions = tf.range(tf.shape(mask)[1])[None, :]
+        loss, total_weight, metrics = 0.0, 0.0, {}
+        for s, predicted in enumerate(passes):
+            # Pass s + 1 at position t is draft step s of a round that began at t - s.
+            valid = mask & (positions >= s)
+            logits = draft.draft_logits_subset(predicted, lm_head)           # [B, T, N]
+            log_q = tf.nn.log_softmax(logits)
+            ce = losses.masked_mean(-tf.reduce_sum(subset_probs * log_q, axis=-1), valid)
+            regression = losses.masked_mean(
+                tf.reduce_mean(tf.keras.losses.Huber(reduction="none")(
+                    states[..., None], predicted[..., None]), axis=-1), valid)
+            weight = self.depth_decay ** s
+            loss += weight * (ce + self.feature_weight * regression)
+            total_weight += weight
+            q = tf.exp(tf.stop_gradient(log_q))
+            metrics[f"ce_{s + 1}"] = ce
+            metrics[f"feature_{s + 1}"] = regression
+            metrics[f"overlap_{s + 1}"] = losses.masked_mean(
+                tf.reduce_sum(tf.minimum(subset_probs, q), axis=-1), valid)
+            draft_argmax = tf.gather(draft.draft_vocab,
+                                     tf.argmax(logits, axis=-1, output_type=tf.int32))
+            metrics[f"greedy_match_{s + 1}"] = losses.masked_mean(
+                tf.cast(tf.equal(draft_argmax, target_argmax), tf.float32), valid)
+        metrics["target_ce"] = losses.cross_entropy(target_logits, batch["target_ids"], mask)
+        return loss / total_weight, metrics
+
+
+def _section(config):
+    return config[STAGE]
+
+
+def _target(config, workdir: str):
+    section = _section(config)
+    target_from = section.get("target_from", "") or ""
+    if target_from:
+        target = stages.load_spec(target_from)
+    elif not trainer_lib.is_done(stages.stage_dir(workdir, stages.TARGET)):
+        raise RuntimeError(f"The target stage in {stages.stage_dir(workdir, stages.TARGET)} "
+                           "has not finished; set feature_draft.target_from or run --stage "
+                           "target first.")
+    else:
+        target = stages.load_trained(config, workdir, stages.TARGET, config.export.weights)
+    target.trainable = False
+    return target
+
+
+def draft_config(config, target, vocabulary_counts: Optional[np.ndarray] = None
+                 ) -> feature_draft_lib.FeatureDraftConfig:
+    """The `FeatureDraftConfig` of the recipe's feature draft for `target`."""
+    section = _section(config)
+    return feature_draft_lib.FeatureDraftConfig.for_target(
+        target, d_ff=int(section.get("d_ff", target.config.d_ff)),
+        feature_layers=tuple(section.get("feature_layers", (-1,))),
+        draft_vocab_size=int(section.get("draft_vocab_size", 0) or target.vocab_size),
+        cross_attention=bool(section.get("cross_attention", True)),
+        target_fingerprint=feature_draft_lib.target_fingerprint(target),
+        target_name=section.get("target_from", "") or "")
+
+
+def build_draft(config, target, examples) -> feature_draft_lib.FeatureDraft:
+    """A fresh feature draft bound to `target`, its vocabulary the most frequent tokens of
+    `examples`' target sequences (EOS always in)."""
+    draft = feature_draft_lib.FeatureDraft(draft_config(config, target),
+                                           seed=int(config.seeds.get(STAGE, 3)))
+    draft.bind(target)
+    if not draft.full_vocabulary:
+        counts = np.zeros([target.vocab_size], np.int64)
+        for e in examples:
+            np.add.at(counts, e.target_ids, 1)
+        vocab = feature_draft_lib.draft_vocabulary(
+            counts, draft.config.draft_vocab_size,
+            always=[i for i in (target.eos_id,) if i is not None])
+        draft.draft_vocab.assign(vocab)
+    return draft
+
+
+def target_sampled(config, workdir: str, target, data) -> List[examples_lib.Example]:
+    """The target's continuations of `feature_draft.sampled_prompts` training prompts."""
+    section = _section(config)
+    return stages.continuations(
+        config, target, data, os.path.join(stages.stage_dir(workdir, STAGE), SAMPLED_FILE),
+        "target's sampled continuations", count=int(section.get("sampled_prompts", 0) or 0),
+        salt=13, temperature=float(section.get("sampled_temperature", 1.0)),
+        max_new_tokens=int(section.get("sampled_max_new_tokens", 128)),
+        batch_size=int(section.get("sampled_batch_size", 32)), id_prefix="sampled",
+        progress=False)
+
+
+def train_feature_draft(config, workdir: str, data, max_steps: Optional[int] = None,
+                        progress: bool = True) -> Dict[str, Any]:
+    """Trains the recipe's feature draft for its frozen target; returns the summary."""
+    target = _target(config, workdir)
+    sampled = target_sampled(config, workdir, target, data)
+    examples = list(data.train) + sampled
+    draft = build_draft(config, target, examples)
+    section = _section(config)
+    directory = stages.stage_dir(workdir, STAGE)
+    os.makedirs(directory, exist_ok=True)
+    info = {"role": STAGE, "parameters": stages.parameter_count(draft),
+            "model_config": draft.config.to_dict(),
+            "train": examples_lib.token_counts(examples),
+            "validation": examples_lib.token_counts(data.validation),
+            "sampled_examples": len(sampled),
+            "recipe": json.loads(config.to_json())}
+    with open(os.path.join(directory, "stage.json"), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2, default=str)
+        f.write("\n")
+    objective = FeatureDraftObjective(
+        target, depth=int(section.get("depth", 1)),
+        feature_weight=float(section.get("feature_weight", 1.0)),
+        depth_decay=float(section.get("depth_decay", 1.0)))
+    trainer = stages.make_trainer(config, workdir, STAGE, draft, objective, data, max_steps,
+                                  progress, train_examples=examples)
+    return trainer.run()
+
+
+def load_trained_feature_draft(config, workdir: str, target,
+                               weights: str = "best") -> feature_draft_lib.FeatureDraft:
+    """The trained feature draft of `workdir`, bound to `target`."""
+    draft = feature_draft_lib.FeatureDraft(draft_config(config, target),
+                                           initialize="zeros")
+    draft.bind(target)
+    directory = stages.stage_dir(workdir, STAGE)
+    best = os.path.join(directory, trainer_lib.BEST_DIR)
+    if weights == "best" and os.path.exists(os.path.join(best, "checkpoint")):
+        trainer_lib.restore_weights(draft, best)
+    else:
+        trainer_lib.restore_weights(draft, os.path.join(directory, trainer_lib.CHECKPOINT_DIR))
+    return draft
+
+
+_MB = 1024 * 1024
+
+
+def export_feature_draft(config, workdir: str, zoo_dir: Optional[str], data,
+                         measure_speed: bool = True) -> Dict[str, Any]:
+    """Exports the trained feature draft to ZOO_DIR/<export.feature_draft_name>, measures
+    it against the recipe's T5 draft on the same held-out prompts, writes its model card.
+
+    What ships is what is measured: the draft is saved (bfloat16, the target's weights not
+    included), reloaded with `tfspec.load_model` and bound to the target.
+
+    Returns:
+      The metrics (also WORKDIR/feature_draft_export/metrics.json).
+
+    Raises:
+      RuntimeError: the feature-draft stage has not finished.
+      ValueError: the exported weights exceed `export.feature_draft_max_mb`.
+    """
+    from tfspec import checkpoints  # Local: the checkpoint formats load only here.
+    from tfspec.training import export as export_lib
+
+    directory = stages.stage_dir(workdir, STAGE)
+    if not trainer_lib.is_done(directory):
+        raise RuntimeError(f"The feature_draft stage in {directory} has not finished; run "
+                           "--stage feature_draft first.")
+    export = config.export
+    target = _target(config, workdir)
+    trained = load_trained_feature_draft(config, workdir, target, export.weights)
+    name = export.feature_draft_name
+    out_dir = os.path.join(os.fspath(zoo_dir or checkpoints.ZOO_DIR), name)
+    os.makedirs(out_dir, exist_ok=True)
+    checkpoints.save_model(trained, out_dir, dtype=export.dtype)
+    size_mb = os.path.getsize(os.path.join(out_dir, checkpoints.WEIGHTS_FILE)) / _MB
+    if size_mb > export.feature_draft_max_mb:
+        raise ValueError(f"The exported feature draft is {size_mb:.1f} MB, more than "
+                         f"export.feature_draft_max_mb = {export.feature_draft_max_mb}.")
+    draft = checkpoints.load_model(out_dir).bind(target)
+
+    objective = FeatureDraftObjective(target, depth=int(_section(config).get("depth", 1)))
+    validation = trainer_lib.evaluate(tf.function(lambda batch: objective(draft, batch)),
+                                      stages.batches(config, data.validation, False, 0))
+    prompts = export_lib.heldout_prompts(data, export.num_prompts)
+    drafts = {name: draft}
+    compare = _section(config).get("compare_draft", "") or ""
+    if compare:  # The T5 draft of the same target, measured on the same prompts.
+        drafts[compare] = checkpoints.load_model(compare)
+    acceptance = {
+        label: [export_lib.measure_acceptance(target, model, prompts, export.k,
+                                              export.max_new_tokens, temperature,
+                                              batch_size=export.batch_size, seed=0)
+                for temperature in (0.0, 1.0)]
+        for label, model in drafts.items()}
+    done = trainer_lib.read_done(directory)
+    with open(os.path.join(directory, "stage.json"), encoding="utf-8") as f:
+        info = json.load(f)
+    metrics = {"name": name, "target": _section(config).get("target_from", ""),
+               "size_mb": size_mb, "parameters": info["parameters"],
+               "validation": validation, "acceptance": acceptance, "training": done,
+               "sampled_examples": info.get("sampled_examples", 0)}
+    with open(os.path.join(out_dir, "MODEL_CARD.md"), "w", encoding="utf-8") as f:
+        f.write(_model_card(config, metrics, info))
+    stage_out = stages.stage_dir(workdir, EXPORT_STAGE)
+    os.makedirs(stage_out, exist_ok=True)
+    with open(os.path.join(stage_out, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2, default=str)
+        f.write("\n")
+    with open(os.path.join(stage_out, trainer_lib.DONE_FILE), "w", encoding="utf-8") as f:
+        json.dump({"zoo_dir": out_dir}, f)
+    return metrics
+
+
+def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
+    section, export = _section(config), config.export
+    model = info["model_config"]
+    done, validation = metrics["training"], metrics["validation"]
+    depth = int(section.get("depth", 1))
+
+    def fmt(value, digits=3):
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    lines = [
+        f"# {metrics['name']}",
+        "",
+        f"An EAGLE-style feature draft (`tfspec.models.FeatureDraft`) for "
+        f"`{metrics['target'] or 'its target'}`: one T5 decoder block that reads the "
+        "target's final decoder state at position t - 1 and the embedding of the token at t, "
+        "predicts the target's state at t, and scores the next token with the target's own "
+        "LM head. It cross-attends to the target's encoder output, so a request runs no "
+        "draft encoder. Verified by the exact rule: the output distribution is the "
+        "target's.",
+        "",
+        "```python",
+        "target = tfspec.load_model(\"zoo:tiny-code-target\")",
+        f"draft = tfspec.load_model(\"zoo:{metrics['name']}\")",
+        "tfspec.generate(target, prompts, draft=draft, k=3)",
+        "```",
+        "",
+        "It stores none of the target's weights (embedding and LM head are read from the "
+        "target it is bound to at `generate` time) and refuses any other target with a "
+        f"one-line error (fingerprint `{model['target_fingerprint']}`).",
+        "",
+        "## Model",
+        "",
+        f"- Parameters: {metrics['parameters']:,} ({metrics['size_mb']:.1f} MB as "
+        f"{export.dtype} safetensors).",
+        f"- Block: d_model {model['d_model']}, {model['num_heads']} heads x d_kv "
+        f"{model['d_kv']}, d_ff {model['d_ff']} ({model['feed_forward_proj']}), "
+        f"cross-attention {model['cross_attention']}; target features read: layers "
+        f"{model['feature_layers']} (-1 = final decoder states).",
+        f"- Draft vocabulary: the {model['draft_vocab_size']} most frequent target tokens of "
+        "the training data (q = 0 elsewhere; exact, the residual covers the rest).",
+        "",
+        "## Data and training",
+        "",
+        f"- The recipe's code corpus (both tasks) plus the target's own continuations of "
+        f"{metrics['sampled_examples']} training prompts sampled at temperature "
+        f"{section.get('sampled_temperature', 1.0)} (at most "
+        f"{section.get('sampled_max_new_tokens', 128)} tokens).",
+        f"- Loss: cross-entropy against the target's next-token distribution plus "
+        f"{section.get('feature_weight', 1.0)} x smooth-L1 on the predicted state, over "
+        f"{depth} rollout pass(es) (pass s > 1 feeds the draft its own predictions with the "
+        f"attention a decode round sees: EAGLE-3's training-time test), pass weights "
+        f"{section.get('depth_decay', 1.0)}^(s-1).",
+        f"- AdamW, peak lr {section.learning_rate}, {section.warmup_steps} warm-up steps, "
+        f"{section.decay} decay, about {config.data.batch_tokens} padded tokens per batch; "
+        f"{done['steps']} steps ({done['epochs']:.2f} epochs), "
+        f"{done['elapsed_s'] / 60:.0f} min on a 2-core CPU.",
+        "- Held-out (validation split, teacher-forced, shipped weights): "
+        + ", ".join(f"overlap at draft step {s} {fmt(validation.get(f'overlap_{s}'))}, "
+                    f"greedy match {fmt(validation.get(f'greedy_match_{s}'))}"
+                    for s in range(1, depth + 1)) + ".",
+        "",
+        "## Speculative decoding",
+        "",
+        f"`tfspec.generate` on {export.num_prompts} held-out completion prompts, k = "
+        f"{export.k}, max_new_tokens {export.max_new_tokens}, beside the T5 draft on the same "
+        "prompts:",
+        "",
+        "| draft | temperature | acceptance_rate | beta_mean | mean_tokens_per_round |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, rows in metrics["acceptance"].items():
+        for row in rows:
+            lines.append(f"| {label} | {row['temperature']} | {fmt(row['acceptance_rate'])} "
+                         f"| {fmt(row['beta_mean'])} | {fmt(row['mean_tokens_per_round'])} |")
+    lines += [
+        "",
+        "Speed: `python -m bench.draft_kinds` (the README's draft-kinds table).",
+        "",
+        "## Reproduce",
+        "",
+        "```",
+        "python -m recipes.tiny_code.train --config configs/zoo_tiny_code_eagle.py "
+        "--stage feature_draft",
+        "python -m recipes.tiny_code.train --config configs/zoo_tiny_code_eagle.py "
+        "--stage feature_draft_export",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
