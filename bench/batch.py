@@ -77,7 +77,8 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], k: int,
         record["pays"] = bool(record["speedup"] > 1.0)
         records.append(record)
     paying = [r["batch_size"] for r in records if r["pays"]]
-    return {"target": target_spec, "draft": draft_spec, "k": k, "temperature": temperature,
+    return {"target": target_spec, "draft": draft_spec,
+            "draft_kind": bench_models.draft_kind(draft), "k": k, "temperature": temperature,
             "max_new_tokens": max_new_tokens, "repeats": repeats, "seed": seed,
             "largest_paying_batch_size": max(paying) if paying else None,
             "machine": platform.processor() or platform.machine(), "records": records}
@@ -86,7 +87,7 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], k: int,
 def main(argv=None):
     args = _parse_args(argv)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b]
-    with bench_models.exit_on_prompts_error():
+    with bench_models.exit_on_input_error():
         target, draft, pool = speedup_lib.load_pair_and_prompts(args, max(batch_sizes))
     result = run(target, draft, pool, args.k, batch_sizes, args.temperature, args.top_k,
                  args.top_p, args.max_new_tokens, args.repeats, args.seed, args.target,

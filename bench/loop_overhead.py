@@ -146,7 +146,7 @@ def main(argv=None):
     config = target_config(args.preset)
     prompts = None
     if args.prompts:
-        with bench_models.exit_on_prompts_error():
+        with bench_models.exit_on_input_error():
             prompts = file_prompts(args.prompts, args.tokenizer, config, args.num_prompts)
     result = run(config, ks, args.max_new_tokens, args.prompt_length, args.repeats, prompts,
                  jit_compile=None if args.eager else True)

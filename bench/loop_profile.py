@@ -45,6 +45,7 @@ import numpy as np
 
 import tfspec  # First: keeps TensorFlow's native logs quiet (tfspec.quiet).
 import tensorflow as tf  # pylint: disable=g-bad-import-order
+from bench import models as bench_models
 from bench import speedup as speedup_lib
 from bench import timing
 from evals import cli
@@ -236,7 +237,9 @@ def main(argv=None) -> int:
     if args.k < 0 or args.calls < 1 or args.batch_size < 1:
         return cli.usage_error("python -m bench.loop_profile",
                                "--k must be >= 0, --calls and --batch_size >= 1")
-    target, draft, pool = speedup_lib.load_pair_and_prompts(args, min_prompts=args.batch_size)
+    with bench_models.exit_on_input_error():
+        target, draft, pool = speedup_lib.load_pair_and_prompts(args,
+                                                                min_prompts=args.batch_size)
     prompts = [pool[i % len(pool)] for i in range(args.batch_size)]
     sampling = tfspec.Sampling(temperature=args.temperature, top_k=args.top_k,
                                top_p=args.top_p)

@@ -9,6 +9,20 @@ A SPEC is anything `tfspec.load_model` takes (a checkpoint directory, "zoo:NAME"
                                     (num_layers sets num_decoder_layers too unless given)
     ngram:unigram                   (draft only) a random unigram NGram over the target's
                                     vocabulary: a near-free draft with low acceptance
+    prompt_lookup[:MAX_NGRAM]       (draft only) `tfspec.models.PromptLookup` over the
+                                    target's vocabulary (copies what followed the latest
+                                    earlier match of the suffix; MAX_NGRAM default 3)
+
+A draft SPEC may also name a feature draft (an EAGLE-style `tfspec.models.FeatureDraft`: a
+directory whose config.json has architectures ["T5FeatureDraft"], or its zoo entry, e.g.
+"zoo:tiny-code-eagle"). It has no encoder, embedding or LM head of its own: `load_pair` binds
+it to the target, which refuses, in one line (`ModelError`), a target it was not trained for;
+it stays float32 whatever --dtype says; and it cannot decode alone, so the draft-alone timing
+of c decodes `draft_alone(draft, target)` (`FeatureDraft.alone()`: the target's encoder, then
+the draft fed its own predicted features).
+
+A SPEC that cannot be loaded, or a draft that cannot serve the target, raises `ModelError`
+(one line naming the flag); `exit_on_input_error` turns it into exit status 2.
 
 Random models get random-token prompts; checkpoints get held-out code prompts (the validation
 split of `recipes.tiny_code.corpus`) tokenized with the checkpoint's tokenizer.
@@ -18,7 +32,7 @@ split of `recipes.tiny_code.corpus`) tokenized with the checkpoint's tokenizer.
 the target's tokenizer and cut to the model's `max_prompt_length` (keeping the end), as the
 built-in pool is (`prompts_from_file`). Bad input raises `PromptsError`, a one-line message
 naming the file and line; the benchmarks' `main`s turn it into exit status 2
-(`exit_on_prompts_error`).
+(`exit_on_input_error`, also spelled `exit_on_prompts_error`).
 """
 
 import contextlib
@@ -29,9 +43,18 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 import tfspec
+from tfspec import decoding
 
 DEFAULT_TARGET = "zoo:tiny-code-target"
 DEFAULT_DRAFT = "zoo:tiny-code-draft"
+DEFAULT_FEATURE_DRAFT = "zoo:tiny-code-eagle"
+PROMPT_LOOKUP = "prompt_lookup"
+DEFAULT_PROMPT_LOOKUP_NGRAM = 3
+
+
+class ModelError(ValueError):
+    """A --target/--draft SPEC that cannot be loaded, or a draft that cannot serve the
+    target (e.g. a feature draft trained for another target); the message is one line."""
 
 
 def is_random(spec: str) -> bool:
@@ -77,9 +100,11 @@ def load(spec: str, dtype: Optional[str] = None, seed: int = 0, vocab_size: int 
       spec: the SPEC string.
       dtype: "float32" or "bfloat16" (None: the checkpoint's / float32).
       seed: initialisation seed of random models (use different seeds for target and draft).
-      vocab_size: vocabulary of an "ngram:unigram" draft (the target's).
+      vocab_size: vocabulary of an "ngram:unigram" or "prompt_lookup" draft (the target's).
     """
     spec = str(spec)
+    if spec == PROMPT_LOOKUP or spec.startswith(PROMPT_LOOKUP + ":"):
+        return _prompt_lookup(spec, vocab_size)
     if spec.startswith("random:"):
         return tfspec.models.T5(parse_random_config(spec), seed=seed, dtype=dtype or "float32")
     if spec.startswith("ngram:"):
@@ -92,11 +117,109 @@ def load(spec: str, dtype: Optional[str] = None, seed: int = 0, vocab_size: int 
     return tfspec.load_model(spec, dtype=dtype)
 
 
+def _prompt_lookup(spec: str, vocab_size: int):
+    _, _, text = spec.partition(":")
+    try:
+        max_ngram = int(text) if text else DEFAULT_PROMPT_LOOKUP_NGRAM
+    except ValueError:
+        max_ngram = 0
+    if max_ngram < 1 or vocab_size < 1:
+        raise ValueError(f"expected {PROMPT_LOOKUP}[:MAX_NGRAM] with MAX_NGRAM >= 1 (and the "
+                         f"target's vocab), got {spec!r}")
+    return tfspec.models.PromptLookup(max_ngram=max_ngram, vocab_size=vocab_size)
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (its type name if it has none)."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def load_spec(spec: str, flag: str, dtype: Optional[str] = None, seed: int = 0,
+              vocab_size: int = 0):
+    """`load`, with a SPEC that cannot be loaded raised as `ModelError` naming `flag`."""
+    try:
+        return load(spec, dtype=dtype, seed=seed, vocab_size=vocab_size)
+    except (OSError, ValueError, TypeError) as e:
+        raise ModelError(f"cannot load {flag} {spec}: {one_line(e)}") from None
+
+
+def is_feature_draft(model) -> bool:
+    """Whether `model` is a feature draft (reads the target's features; cannot decode
+    alone: see `draft_alone`)."""
+    return decoding.uses_target_features(model)
+
+
+def bind_draft(target, draft, draft_spec: str = "", target_spec: str = "",
+               flag: str = "--draft"):
+    """Returns `draft`, bound to `target` if it is a feature draft.
+
+    Raises:
+      ModelError: a feature draft that cannot draft for `target` (one line).
+    """
+    if is_feature_draft(draft):
+        try:
+            draft.bind(target)
+        except ValueError as e:
+            target_name = f"--target {target_spec}" if target_spec else "the target"
+            raise ModelError(f"{flag} {draft_spec or 'feature draft'} cannot draft for "
+                             f"{target_name}: {one_line(e)}") from None
+    return draft
+
+
+def draft_alone(draft, target):
+    """What the draft-alone timing of c decodes: the draft itself, or for a feature draft
+    its `alone()` model bound to `target` (the target's encoder in prepare, then the draft
+    fed its own predicted features)."""
+    if is_feature_draft(draft):
+        return draft.bind(target).alone()
+    return draft
+
+
+def draft_kind(draft) -> str:
+    """"feature", "t5", "ngram", "prompt_lookup", or the class name of another draft."""
+    if is_feature_draft(draft):
+        return "feature"
+    for kind, cls in (("t5", tfspec.models.T5), ("ngram", tfspec.models.NGram),
+                      ("prompt_lookup", tfspec.models.PromptLookup)):
+        if isinstance(draft, cls):
+            return kind
+    return type(draft).__name__
+
+
 def load_pair(target_spec: str, draft_spec: str, dtype: Optional[str] = None):
-    """(target, draft); random targets and drafts get different seeds."""
-    target = load(target_spec, dtype=dtype, seed=0)
-    draft = load(draft_spec, dtype=dtype, seed=1, vocab_size=target.vocab_size)
-    return target, draft
+    """(target, draft); random targets and drafts get different seeds. A feature draft comes
+    back bound to the target.
+
+    Raises:
+      ModelError: a SPEC that cannot be loaded, or a feature draft that cannot draft for the
+        target (one line).
+    """
+    target = load_spec(target_spec, "--target", dtype=dtype, seed=0)
+    return target, load_draft(target, target_spec, draft_spec, dtype)
+
+
+def load_draft(target, target_spec: str, draft_spec: str, dtype: Optional[str] = None,
+               flag: str = "--draft", seed: int = 1):
+    """The draft of `draft_spec` for `target`, checked (vocabulary) and, for a feature
+    draft, bound to it.
+
+    Raises:
+      ModelError: see `load_pair`.
+    """
+    draft = load_spec(draft_spec, flag, dtype=dtype, seed=seed, vocab_size=target.vocab_size)
+    if draft.vocab_size != target.vocab_size:
+        raise ModelError(f"target and draft must share the vocabulary: --target {target_spec} "
+                         f"has vocab_size {target.vocab_size}, {flag} {draft_spec} has "
+                         f"vocab_size {draft.vocab_size}")
+    return bind_draft(target, draft, draft_spec, target_spec, flag)
+
+
+def require_token_draft(draft, draft_spec: str, program: str, why: str) -> None:
+    """Raises `ModelError` if `draft` is a feature draft, which `program` cannot drive
+    (`why` says what it does instead)."""
+    if is_feature_draft(draft):
+        raise ModelError(f"{program} does not take a feature draft (--draft {draft_spec}): "
+                         f"{why}")
 
 
 DEFAULT_NUM_PROMPTS = 8
@@ -108,14 +231,17 @@ class PromptsError(ValueError):
 
 
 @contextlib.contextmanager
-def exit_on_prompts_error():
-    """Turns a `PromptsError` raised inside into "error: MESSAGE" on stderr and exit status 2
-    (argparse's status for bad arguments), without a traceback."""
+def exit_on_input_error():
+    """Turns a `PromptsError` or `ModelError` raised inside into "error: MESSAGE" on stderr
+    and exit status 2 (argparse's status for bad arguments), without a traceback."""
     try:
         yield
-    except PromptsError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (PromptsError, ModelError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+exit_on_prompts_error = exit_on_input_error  # The name the benchmarks' mains used first.
 
 
 def read_prompts_file(path: str, num_prompts: Optional[int] = None) -> List[Tuple[int, str]]:

@@ -393,12 +393,21 @@ def run(target, draft, prompts, k: int, max_new_tokens: int, repeats: int,
 
 def main(argv=None):
     args = _parse_args(argv)
-    target, draft = bench_models.load_pair(args.target, args.draft)
+    with bench_models.exit_on_input_error():
+        target, draft = bench_models.load_pair(args.target, args.draft)
+        bench_models.require_token_draft(
+            draft, args.draft, "bench.peers",
+            "the peers are given the draft as a T5 checkpoint (transformers' assistant_model); "
+            "compare feature drafts with bench.speedup or bench.draft_kinds")
     prompts = bench_models.prompts(args.target, target, args.num_prompts, args.prompt_length,
                                    args.seed)
     tv_target = tv_draft = None
     if args.tv_samples > 0:
-        tv_target, tv_draft = bench_models.load_pair(args.tv_target, args.tv_draft)
+        with bench_models.exit_on_input_error():
+            tv_target, tv_draft = bench_models.load_pair(args.tv_target, args.tv_draft)
+            bench_models.require_token_draft(
+                tv_draft, args.tv_draft, "bench.peers",
+                "--tv_draft is exported as a T5 checkpoint for transformers")
     result = run(target, draft, prompts, args.k, args.max_new_tokens, args.repeats, tv_target,
                  tv_draft, args.tv_samples, hf_python=args.hf_python, seed=args.seed,
                  jit_compile=None if args.eager else True, peers=args.peers)

@@ -452,9 +452,14 @@ def main(argv=None):
     for pair, target_spec, draft_spec in args.pair_specs:
         pair_args = argparse.Namespace(**{**vars(args), "target": target_spec,
                                           "draft": draft_spec})
-        with bench_models.exit_on_prompts_error():
+        with bench_models.exit_on_input_error():
             target, draft, pool = speedup_lib.load_pair_and_prompts(
                 pair_args, max(args.batch_size_list))
+            bench_models.require_token_draft(
+                draft, draft_spec, "bench.round_breakdown",
+                "its isolated loops call a token draft's decode(context, cache, ids, "
+                "positions); time a feature draft's rounds with bench.speedup --fixed_costs "
+                "or bench.draft_kinds")
         result["records"] += run(
             target, draft, pool, args.ks, args.batch_size_list, args.temperatures,
             args.top_k, args.top_p, args.max_new_tokens, args.repeats, args.seed,

@@ -122,7 +122,7 @@ def main(argv=None) -> None:
     args = _parse_args(argv)
     if args.num_prompts is None and not args.prompts:
         args.num_prompts = DEFAULT_NUM_PROMPTS
-    with bench_models.exit_on_prompts_error():
+    with bench_models.exit_on_input_error():
         target, draft, pool = speedup_lib.load_pair_and_prompts(args)
     sampling = tfspec.Sampling(temperature=args.temperature, top_k=args.top_k,
                                top_p=args.top_p)

@@ -227,13 +227,18 @@ def main(argv=None) -> int:
     if not kernels.usable_outside_trace():
         print("nothing to compare: the kernel is off here")
         return 1
-    target, draft = bench_models.load_pair(args.target, args.draft)
+    with bench_models.exit_on_input_error():
+        target = bench_models.load_spec(args.target, "--target")
     row_counts = [int(r) for r in args.rows.split(",") if r.strip()]
     start = time.time()
     names = [n.strip() for n in args.products.split(",") if n.strip()]
     unknown = sorted(set(names) - {name for name, _, _ in products(target.config)})
     if unknown:
         return cli.usage_error("python -m bench.rows_matmul", f"unknown --products {unknown}")
+    draft = None
+    if args.end_to_end:  # Only the end-to-end part decodes with the draft.
+        with bench_models.exit_on_input_error():
+            draft = bench_models.load_draft(target, args.target, args.draft)
     records = measure_products(target.config, row_counts, args.repeats, names)
     timing.print_table(records, COLUMNS)
     payload = {"benchmark": "rows_matmul", "target": args.target, "rows": row_counts,

@@ -13,7 +13,10 @@ loop at every k, in turn, so noise on a shared machine hits all alike):
                              paper's alpha, estimated
     draft_cost_ratio         c = draft ms per loop step / target ms per loop step, both decoding
                              autoregressively in this run (at batch 1 without early EOS this is
-                             draft ms/token / target ms/token)
+                             draft ms/token / target ms/token). A feature draft (EAGLE-
+                             style, `tfspec.models.FeatureDraft`) cannot decode alone: its
+                             steps are timed through `alone()` (the target's encoder, then
+                             the draft fed its own predicted features)
     predicted_speedup        (1 - a^(k+1)) / ((1 - a)(k c + 1)) with a = beta_mean
                              (evals.walltime.predicted_speedup)
     speedup_over_predicted   speedup / predicted_speedup (goal: >= 0.9 at batch 1)
@@ -136,6 +139,8 @@ def load_pair_and_prompts(args, min_prompts: int = 0):
 
     Raises:
       bench_models.PromptsError: bad --prompts input (see `bench_models.read_prompts_file`).
+      bench_models.ModelError: a SPEC that cannot be loaded, or a feature draft that cannot
+        draft for the target.
     """
     if args.prompts:
         bench_models.read_prompts_file(args.prompts, args.num_prompts)
@@ -153,8 +158,10 @@ def add_pair_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default=bench_models.DEFAULT_TARGET,
                         help="target SPEC (see bench/models.py)")
     parser.add_argument("--draft", default=bench_models.DEFAULT_DRAFT,
-                        help="draft SPEC (see bench/models.py)")
-    parser.add_argument("--dtype", default=None, help="float32 or bfloat16")
+                        help="draft SPEC (see bench/models.py): a T5, ngram:unigram, "
+                             "prompt_lookup[:N], or a feature draft trained for --target")
+    parser.add_argument("--dtype", default=None,
+                        help="float32 or bfloat16 (a feature draft stays float32)")
     parser.add_argument("--prompts", default=None, metavar="FILE",
                         help='JSONL file of {"prompt": text} lines to decode instead of the '
                              "built-in held-out pool, tokenized with the target's tokenizer "
@@ -257,21 +264,17 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     batches = [[list(p) for p in prompts] for prompts in batches]
     if AUTO in ks:
         adaptive.reset()
-    eos_kwargs = {} if eos_id == "target" else {"eos_id": eos_id}
-    eos_kwargs["jit_compile"] = jit_compile  # Tests pass None (eager): no compile time.
-
     auto = auto or adaptive.AutoDraft()
+    alone = bench_models.draft_alone(draft, target)  # A feature draft: its alone() model.
 
     def call(model, k, d=None, new_tokens=max_new_tokens):
-        k = auto if k == AUTO else k
-        return lambda: [tfspec.generate(model, prompts, draft=d, k=k, sampling=sampling,
-                                        max_new_tokens=new_tokens, seed=seed, **eos_kwargs)
-                        for prompts in batches]
+        return decode_fn(model, batches, auto if k == AUTO else k, sampling, new_tokens, seed,
+                         draft=d, eos_id=eos_id, jit_compile=jit_compile)
 
-    fns = [call(target, 0), call(draft, 0)] + [call(target, k, draft) for k in ks]
+    fns = [call(target, 0), call(alone, 0)] + [call(target, k, draft) for k in ks]
     # The same calls stopped after one loop iteration: they split each time into fixed and
     # per-iteration parts (see the module docstring).
-    first_fns = ([call(target, 0, new_tokens=1), call(draft, 0, new_tokens=1)]
+    first_fns = ([call(target, 0, new_tokens=1), call(alone, 0, new_tokens=1)]
                  + [call(target, k, draft, new_tokens=1) for k in ks]) if fixed_costs else []
     all_times, all_gens = timing.interleaved_runs(fns + first_fns, repeats)
     times, gens = all_times[:len(fns)], all_gens[:len(fns)]
@@ -279,6 +282,38 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     phases = ([split_phases(full, one, _loop_steps(full_gens), len(batches))
                for full, one, full_gens in zip(times, all_times[len(fns):], gens)]
               if fixed_costs else [(nan, nan)] * len(fns))
+    return records_from_runs(ks, batches, sampling, times, gens, phases)
+
+
+def decode_fn(model, batches: Sequence[Sequence[Sequence[int]]], k, sampling: tfspec.Sampling,
+              max_new_tokens: int, seed: int = 0, draft=None, eos_id="target",
+              jit_compile: Optional[bool] = True):
+    """A callable that decodes every batch of `batches` with `model` (one `tfspec.generate`
+    call per batch) and returns their `Generation`s: what one timed call of the benchmarks
+    runs. k: 0 (autoregressive), an int >= 1 or an `adaptive.AutoDraft` (with `draft`);
+    `eos_id` "target": the target's."""
+    kwargs = {} if eos_id == "target" else {"eos_id": eos_id}
+    kwargs["jit_compile"] = jit_compile  # Tests pass None (eager): no compile time.
+    return lambda: [tfspec.generate(model, prompts, draft=draft, k=k, sampling=sampling,
+                                    max_new_tokens=max_new_tokens, seed=seed, **kwargs)
+                    for prompts in batches]
+
+
+def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
+                      sampling: tfspec.Sampling, times: Sequence[float], gens: Sequence,
+                      phases: Optional[Sequence[tuple]] = None) -> List[dict]:
+    """The records of `measure` from its timed calls.
+
+    Args:
+      ks: the draft lengths (ints, or AUTO).
+      batches: the prompt batches every call decoded.
+      sampling: the calls' sampling.
+      times, gens: median seconds and last results of [target autoregressive, draft alone,
+        speculative at ks[0], ks[1], ...] (`timing.interleaved_runs` of `decode_fn`s).
+      phases: (per-iteration s, fixed s) of each of them (`split_phases`), or None (nan).
+    """
+    nan = float("nan")
+    phases = list(phases) if phases is not None else [(nan, nan)] * len(times)
     ar_time, draft_time = times[0], times[1]
     ar_gen, draft_gen = gens[0], gens[1]
     (target_step_s, ar_fixed_s), (draft_step_s, _) = phases[0], phases[1]
@@ -378,7 +413,8 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
                                seed, jit_compile=jit_compile, fixed_costs=fixed_costs,
                                auto=auto)
     auto = auto or adaptive.AutoDraft()
-    return {"target": target_spec, "draft": draft_spec, "max_new_tokens": max_new_tokens,
+    return {"target": target_spec, "draft": draft_spec,
+            "draft_kind": bench_models.draft_kind(draft), "max_new_tokens": max_new_tokens,
             "auto": {"k_max": auto.k_max, "confidence": auto.confidence,
                      "fallback": auto.fallback, "revisit": auto.revisit},
             "repeats": repeats, "seed": seed, "fixed_costs": fixed_costs,
@@ -392,7 +428,7 @@ def main(argv=None):
                                   fallback=args.auto_fallback)
     except ValueError as error:
         raise SystemExit(cli.usage_error("python -m bench.speedup", error)) from None
-    with bench_models.exit_on_prompts_error():
+    with bench_models.exit_on_input_error():
         target, draft, pool = load_pair_and_prompts(args)
     result = run(target, draft, pool, args.k, _ints(args.batch_size),
                  _floats(args.temperature), args.top_k, args.top_p, args.max_new_tokens,

@@ -59,6 +59,10 @@ t is the fastest of `reps` timed calls (interference on a shared machine only ev
 time, so the minimum estimates the intrinsic cost best). Draft and target calls alternate,
 after an untimed warm-up of each shape. c = draft step / target step; None (with a note)
 when noise leaves no positive target slope (tiny models, whose steps take microseconds).
+A feature draft (EAGLE-style, `tfspec.models.FeatureDraft`: no encoder, embedding or LM head
+of its own) cannot decode alone; its steps are timed through `draft.alone()` (the target's
+encoder, then the draft fed its own predicted features), whose encoder cost the slope
+cancels as it does the target's.
 
 The calibrated prediction (`evals.walltime.calibrated_speedup`) needs what a speculative round
 really costs here: the same calibration decodes the prompt speculatively at
@@ -79,6 +83,7 @@ import numpy as np
 from apache_beam.ml.inference import base
 
 import tfspec
+from tfspec import decoding
 from tfspec import generation
 from evals import records
 from evals import walltime
@@ -97,11 +102,13 @@ class ModelSpec:
 
     Attributes:
       target: `tfspec.load_model` spec of the target.
-      draft: spec of the draft, or None (autoregressive only).
+      draft: spec of the draft (a T5, or a feature draft trained for the target), or None
+        (autoregressive only).
       tokenizer: `tfspec.load_tokenizer` spec; None = the target's own tokenizer.
       tpu: TPU name/address for `tfspec.distribute.resolve_strategy`, or None.
       dtype: `tfspec.load_model` dtype of both models ("float32" or "bfloat16"); None =
-        float32.
+        float32. A feature draft stays float32 (it computes in float32 and reads the
+        target's embedding and LM head, of the target's dtype).
       prompt_add_eos: append EOS to the encoder input. Public T5 checkpoints were trained
         with it; the embedded tiny-code pair was trained without it (as the default here).
     """
@@ -135,9 +142,12 @@ _LOAD_LOCK = threading.Lock()
 def load_models(spec: ModelSpec) -> LoadedModels:
     """Loads (once per process) and checks the models and tokenizer of `spec`.
 
+    A feature draft comes back bound to the target (`FeatureDraft.bind`).
+
     Raises:
       FileNotFoundError, ValueError: a model or tokenizer cannot be loaded, the target has no
-        tokenizer, or the vocabularies do not fit together (the message names both sizes).
+        tokenizer, the vocabularies do not fit together (the message names both sizes), or
+        a feature draft cannot draft for the target (e.g. trained for another one).
     """
     with _LOAD_LOCK:
         if spec in _LOADED:
@@ -153,6 +163,12 @@ def load_models(spec: ModelSpec) -> LoadedModels:
             raise ValueError(f"target and draft must share the vocabulary: target "
                              f"{spec.target} has vocab_size {target.vocab_size}, draft "
                              f"{spec.draft} has vocab_size {draft.vocab_size}")
+        if draft is not None and decoding.uses_target_features(draft):
+            try:
+                draft.bind(target)
+            except ValueError as e:
+                raise ValueError(f"--draft {spec.draft} cannot draft for --target "
+                                 f"{spec.target}: {_one_line(e)}") from None
         tokenizer = _load_tokenizer(spec, target)
         tfspec.tokenizer.check_vocab(tokenizer, target.vocab_size)
         loaded = LoadedModels(target=target, draft=draft, tokenizer=tokenizer,
@@ -335,7 +351,8 @@ class Generator:
                    CALIBRATION_SHORT + max(CALIBRATION_MIN_GAP, int(args["max_new_tokens"])))
         reps = max(1, int(args.get("calibration_reps", CALIBRATION_REPS)))
         status.report_phase("measuring the draft cost ratio c (calibration)")
-        models = {"draft": self.models.draft, "target": self.models.target}
+        models = {"draft": draft_alone(self.models.draft, self.models.target),
+                  "target": self.models.target}
         times = {(name, n): [] for name in models for n in lengths}
         for rep in range(reps):
             order = ["draft", "target"] if rep % 2 == 0 else ["target", "draft"]
@@ -385,6 +402,14 @@ class Generator:
         if not round_s:
             return {}
         return {"round_s": round_s, "spec_fixed_s": max(float(np.median(fixed_s)), 0.0)}
+
+
+def draft_alone(draft, target):
+    """What the calibration times as the draft decoding alone: `draft`, or for a feature
+    draft (which cannot decode alone) its `alone()` model bound to `target`."""
+    if decoding.uses_target_features(draft):
+        return draft.bind(target).alone()
+    return draft
 
 
 class TfspecModelHandler(base.ModelHandler):

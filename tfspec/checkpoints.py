@@ -417,7 +417,8 @@ def load_model(spec, dtype: Optional[str] = None) -> T5:
     Args:
       spec: str or path-like: a directory, "hf://ORG/NAME", a keras-hub T5 preset name or
         "kaggle://" handle, or "zoo:NAME".
-      dtype: "float32" (default) or "bfloat16": dtype of the variables and matmuls.
+      dtype: "float32" (default) or "bfloat16": dtype of the variables and matmuls. A
+        feature draft (`tfspec.models.FeatureDraft`) is always float32.
 
     Returns:
       A `tfspec.models.T5` with `tokenizer_path` set to the checkpoint's SentencePiece model

@@ -45,10 +45,12 @@ def build_parser(prog: str, description: str) -> cli.ArgumentParser:
         help="comma-separated draft lengths to sweep, e.g. 0,1,2,4,auto (writes sweep.json "
              "and prints a per-K table)")
     add("--target", default=spec_lib.DEFAULT_TARGET, help="target model (tfspec.load_model spec)")
-    add("--draft", default=spec_lib.DEFAULT_DRAFT, help="draft model (tfspec.load_model spec)")
+    add("--draft", default=spec_lib.DEFAULT_DRAFT,
+        help="draft model (tfspec.load_model spec): a T5 with the target's vocabulary, or a "
+             "feature draft (EAGLE-style head) trained for --target")
     add("--dtype", default=None, choices=DTYPES,
         help="dtype the target and draft are loaded in (tfspec.load_model; default "
-             "float32)")
+             "float32; a feature draft stays float32)")
     add("--tokenizer", default=None, help="tokenizer (default: the target's spiece.model)")
     add("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy")
     add("--top_k", type=int, default=0, help="top-k filtering; 0 disables")

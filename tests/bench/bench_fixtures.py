@@ -22,3 +22,20 @@ def write_prompts(path, texts=PROMPT_TEXTS, extra_lines=()) -> str:
     with open(path, "w", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))
     return str(path)
+
+
+def save_feature_draft(directory, target_spec=TINY, seed=2, **overrides) -> str:
+    """Saves a random `tfspec.models.FeatureDraft` for the (random) target of `target_spec`
+    and returns its directory, a --draft SPEC. `overrides`: `FeatureDraftConfig` fields, e.g.
+    target_fingerprint="..." for a draft trained for another target (which it refuses)."""
+    import tfspec  # pylint: disable=import-outside-toplevel
+    from bench import models as bench_models  # pylint: disable=import-outside-toplevel
+    from tfspec.models import FeatureDraft, FeatureDraftConfig  # pylint: disable=import-outside-toplevel
+
+    target = bench_models.load(target_spec, seed=0)  # As bench_models.load_pair loads it.
+    config = FeatureDraftConfig.for_target(target, **{"d_ff": 32, **overrides})
+    return tfspec.save_model(FeatureDraft(config, seed=seed), str(directory))
+
+
+# A fingerprint no target has: the draft refuses every target, in one line.
+FOREIGN = dict(target_fingerprint="0123456789abcdef", target_name="zoo:some-other-target")

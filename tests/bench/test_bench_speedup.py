@@ -9,7 +9,8 @@ import pytest
 from bench import models as bench_models
 from bench import speedup
 from evals import walltime
-from tests.bench.bench_fixtures import CONTRACT_KEYS, TINY, TINY_DRAFT
+from tests.bench.bench_fixtures import (CONTRACT_KEYS, FOREIGN, TINY, TINY_DRAFT,
+                                        save_feature_draft)
 
 
 def _check_contract(record):
@@ -180,3 +181,114 @@ def test_bad_k_lists_are_one_line_errors(flags, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and ("--k" in err or "confidence" in err)
+
+
+# ------------------------------------------------------------------------ feature drafts
+
+
+@pytest.fixture(scope="module")
+def feature_draft(tmp_path_factory):
+    return save_feature_draft(tmp_path_factory.mktemp("feature_draft"))
+
+
+def test_load_pair_binds_a_feature_draft_and_refuses_a_foreign_one(feature_draft, tmp_path):
+    import tfspec  # pylint: disable=import-outside-toplevel
+
+    target, draft = bench_models.load_pair(TINY, feature_draft)
+    assert isinstance(draft, tfspec.models.FeatureDraft) and draft.target is target
+    assert bench_models.draft_kind(draft) == "feature"
+    alone = bench_models.draft_alone(draft, target)
+    assert alone is draft.alone() and alone.vocab_size == target.vocab_size
+    assert bench_models.draft_alone(target, target) is target  # Token drafts: themselves.
+    # --dtype bfloat16: the target is bfloat16, the feature draft stays float32.
+    target16, draft16 = bench_models.load_pair(TINY, feature_draft, dtype="bfloat16")
+    assert {v.dtype for v in target16.weights} == {"bfloat16"}
+    assert {v.dtype for v in draft16.weights if v.dtype != "int32"} == {"float32"}
+    foreign = save_feature_draft(tmp_path / "foreign", **FOREIGN)
+    with pytest.raises(bench_models.ModelError) as error:
+        bench_models.load_pair(TINY, foreign)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"--draft {foreign} cannot draft for "
+                                                      f"--target {TINY}: ")
+    assert "zoo:some-other-target" in message
+
+
+def test_prompt_lookup_spec_and_draft_kinds():
+    target = bench_models.load(TINY)
+    lookup = bench_models.load("prompt_lookup:2", vocab_size=target.vocab_size)
+    assert (lookup.max_ngram, lookup.vocab_size) == (2, target.vocab_size)
+    assert bench_models.load("prompt_lookup", vocab_size=64).max_ngram == 3
+    for bad in ("prompt_lookup:0", "prompt_lookup:x"):
+        with pytest.raises(ValueError, match="prompt_lookup"):
+            bench_models.load(bad, vocab_size=64)
+    unigram = bench_models.load("ngram:unigram", vocab_size=64)
+    assert [bench_models.draft_kind(d) for d in (target, lookup, unigram)] == [
+        "t5", "prompt_lookup", "ngram"]
+
+
+def test_feature_draft_spec_times_its_c_through_alone(feature_draft, tmp_path, monkeypatch):
+    import tfspec  # pylint: disable=import-outside-toplevel
+
+    models = []
+    real = tfspec.generate
+
+    def spy(model, prompts, **kwargs):
+        models.append((type(model).__name__, type(kwargs.get("draft")).__name__))
+        return real(model, prompts, **kwargs)
+
+    monkeypatch.setattr(tfspec, "generate", spy)
+    out = tmp_path / "speedup.json"
+    speedup.main(["--target", TINY, "--draft", feature_draft, "--k", "1,2", "--temperature",
+                  "0", "--max_new_tokens", "6", "--repeats", "1", "--num_prompts", "2",
+                  "--eager", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert result["draft"] == feature_draft and result["draft_kind"] == "feature"
+    assert [r["k"] for r in result["records"]] == [1, 2]
+    for record in result["records"]:
+        _check_contract(record)
+        assert record["tokens_spec"] == record["tokens_ar"]  # Greedy: the target's tokens.
+    # c: the draft decoded alone through FeatureDraftAlone; speculation: the draft itself.
+    assert ("FeatureDraftAlone", "NoneType") in models
+    assert ("T5", "FeatureDraft") in models
+
+
+def test_a_foreign_feature_draft_is_one_line_and_exit_2_at_the_command_line(tmp_path):
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+
+    foreign = save_feature_draft(tmp_path / "foreign", **FOREIGN)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-m", "bench.speedup", "--target", TINY, "--draft",
+                           foreign, "--k", "1", "--eager"], cwd=repo, capture_output=True,
+                          text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"error: --draft {foreign} cannot draft for --target ")
+    assert "trained for zoo:some-other-target" in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.parametrize("module_name", ["bench.batch", "bench.round_breakdown",
+                                         "bench.row_determinism", "bench.loop_profile"])
+def test_other_pair_benchmarks_refuse_a_foreign_feature_draft_in_one_line(
+        module_name, tmp_path, capsys):
+    import importlib  # pylint: disable=import-outside-toplevel
+
+    foreign = save_feature_draft(tmp_path / "foreign", **FOREIGN)
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(module_name).main(["--target", TINY, "--draft", foreign])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot draft for --target" in err, err
+
+
+@pytest.mark.parametrize("module_name", ["bench.round_breakdown", "bench.peers"])
+def test_benchmarks_that_cannot_drive_a_feature_draft_say_so_in_one_line(
+        module_name, feature_draft, capsys):
+    import importlib  # pylint: disable=import-outside-toplevel
+
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(module_name).main(["--target", TINY, "--draft", feature_draft])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not take a feature draft" in err, err

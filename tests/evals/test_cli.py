@@ -19,7 +19,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 ENTRY_POINTS = ("evals.run", "evals.report", "evals.report_example", "bench.speedup",
                 "bench.batch", "bench.roofline", "bench.loop_overhead",
                 "bench.round_breakdown", "bench.peers", "bench.row_determinism",
-                "recipes.tiny_code.train", "tfspec.demo")
+                "bench.draft_kinds", "recipes.tiny_code.train", "tfspec.demo")
 # A default each program's help must show (one flag per program).
 DEFAULT_SHOWN = {
     "evals.run": "(default: 128)", "evals.report_example": "(default: runs/embedded_default)",
@@ -27,6 +27,7 @@ DEFAULT_SHOWN = {
     "bench.roofline": "(default:", "bench.loop_overhead": "(default: t5-base)",
     "bench.round_breakdown": "(default: 1,8)", "bench.peers": "(default: 4)",
     "bench.row_determinism": "(default: 1,2,8,32)",
+    "bench.draft_kinds": "(default: t5,feature,ngram,prompt_lookup)",
     "recipes.tiny_code.train": "(default: all)", "tfspec.demo": "(default: 32)",
 }
 

@@ -63,6 +63,10 @@ def _bad_inputs(pair, tmp):
                           "cannot load --target"),
         "vocab mismatch": (["--task", "humaneval", *_models(mismatched)],
                            "share the vocabulary"),
+        "feature draft for another target": (["--task", "humaneval", *_models(dict(
+            pair, draft=tiny_models.make_feature_draft(str(tmp / "foreign"), pair["target"],
+                                                       **tiny_models.FOREIGN)))],
+            "cannot draft for --target"),
         "unwritable output dir": (["--task", "humaneval", "--output_dir",
                                    str(blocker / "run")], "is not a folder"),
         "missing data": (["--task", "xsum", "--data_source", "local", "--data_path",
@@ -274,6 +278,31 @@ def test_auto_draft_length_runs_records_resumes_and_matches_greedy(pair, xsum, t
         i: r["output"] for i, r in by_mode["autoregressive"].items()}
     again = _run([*args, "--resume"])
     assert again.returncode == 0 and "already finished" in again.stdout, again.stderr[-2000:]
+
+
+def test_a_feature_draft_runs_end_to_end(pair, xsum, tmp_path):
+    """--draft DIR of a feature draft: bound to --target, exact, named in the summary (its
+    calibration through `alone()`: tests/pipelines/test_generation.py)."""
+    feature_draft = tiny_models.make_feature_draft(str(tmp_path / "feature_draft"),
+                                                   pair["target"])
+    out = tmp_path / "feature"
+    args = _xsum_args(dict(pair, draft=feature_draft), xsum, out, "--temperature", "0",
+                      "--limit", "3")
+    output_dir, summary = _in_process(args)
+    assert output_dir == str(out)
+    assert summary["draft"] == feature_draft and summary["target"] == pair["target"]
+    assert set(summary["runs"]) == {"speculative", "autoregressive"}
+    acceptance = summary["runs"]["speculative"]["acceptance"]
+    assert 0.0 <= acceptance["acceptance_rate"] <= 1.0
+    assert summary["runs"]["speculative"]["latency"]["num_tokens"] > 0
+    lines = tiny_models.read_lines(str(out / "examples.jsonl"))
+    by_mode = {}
+    for row in lines:
+        by_mode.setdefault(row["mode"], {})[row["id"]] = row["output"]
+    assert len(by_mode["speculative"]) == 3
+    assert by_mode["speculative"] == by_mode["autoregressive"]  # Greedy: exact.
+    config = json.loads((out / "run_config.json").read_text())
+    assert config["spec"]["draft"] == feature_draft
 
 
 @pytest.mark.parametrize("limit", [

@@ -317,3 +317,65 @@ def test_call_shape_is_a_function_of_the_row(spec, make_items, monkeypatch):
     alone = {r["id"]: r["raw_output"] for item in (short, long)
              for r in generator.run([item], args)}
     assert together == alone
+
+
+# ------------------------------------------------------------------------ feature drafts
+
+
+@pytest.fixture(scope="module")
+def feature_spec(pair, tmp_path_factory):
+    """The session pair's target with a tiny random feature draft for it."""
+    directory = str(tmp_path_factory.mktemp("feature_draft"))
+    return generation.ModelSpec(target=pair["target"],
+                                draft=tiny_models.make_feature_draft(directory, pair["target"]))
+
+
+def test_a_feature_draft_is_loaded_bound_and_decodes_exactly(feature_spec, make_items):
+    models = generation.load_models(feature_spec)
+    assert isinstance(models.draft, tfspec.models.FeatureDraft)
+    assert models.draft.target is models.target
+    # Parameters counted once: the draft reads the target's embedding and LM head.
+    target_only = sum(int(np.prod(v.shape)) for v in models.target.weights)
+    assert target_only < models.num_parameters() < 2 * target_only
+    generator = generation.Generator(feature_spec)
+    out = {r["mode"]: r for r in generator.run(make_items(1), _args())}
+    assert out["speculative"]["raw_output"] == out["autoregressive"]["raw_output"]
+    assert out["speculative"]["drafted"] == 3 * out["speculative"]["rounds"]
+
+
+def test_feature_draft_calibration_times_the_draft_alone(feature_spec, make_items,
+                                                         monkeypatch):
+    models_called = []
+    real = tfspec.generate
+
+    def spy(model, prompts, **kwargs):
+        models_called.append((type(model).__name__, kwargs.get("k")))
+        return real(model, prompts, **kwargs)
+
+    monkeypatch.setattr(tfspec, "generate", spy)
+    generator = generation.Generator(feature_spec)
+    item = records.WorkItem(example=make_items(1)[0].example, sample=0,
+                            kind=records.CALIBRATE)
+    (record,) = generator.run([item], _args())
+    assert ("FeatureDraftAlone", 0) in models_called  # c: the draft alone, k = 0.
+    assert np.isfinite(record["draft_step_s"]) and np.isfinite(record["target_step_s"])
+    c = record["draft_cost_ratio"]
+    assert (c is not None and c >= 0) or "note" in record
+
+
+def test_load_models_refuses_a_feature_draft_trained_for_another_target(pair, tmp_path):
+    foreign = tiny_models.make_feature_draft(str(tmp_path / "foreign"), pair["target"],
+                                             **tiny_models.FOREIGN)
+    with pytest.raises(ValueError) as error:
+        generation.load_models(generation.ModelSpec(target=pair["target"], draft=foreign))
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"--draft {foreign} cannot draft for --target {pair['target']}: ")
+    assert "zoo:some-other-target" in message
+
+
+def test_a_feature_draft_stays_float32_under_bfloat16(pair, feature_spec):
+    models = generation.load_models(dataclasses.replace(feature_spec, dtype="bfloat16"))
+    assert {v.dtype for v in models.target.weights} == {"bfloat16"}
+    assert {v.dtype for v in models.draft.weights} - {"int32"} == {"float32"}
+    assert models.draft.target is models.target

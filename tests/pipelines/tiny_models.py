@@ -39,6 +39,29 @@ def make_pair(directory: str, draft_vocab_size=None) -> dict:
     return paths
 
 
+def make_feature_draft(directory: str, target_dir: str, seed: int = 2, **overrides) -> str:
+    """Saves a random `tfspec.models.FeatureDraft` for the target saved in `target_dir` and
+    returns its directory (a --draft spec).
+
+    Args:
+      directory: where to save it.
+      target_dir: the target's checkpoint (from `make_pair`).
+      seed: its initialisation seed.
+      overrides: `FeatureDraftConfig` fields; e.g. `FOREIGN` makes a draft "trained for
+        another target", which refuses this one in one line.
+    """
+    import tfspec  # pylint: disable=import-outside-toplevel
+    from tfspec.models import FeatureDraft, FeatureDraftConfig  # pylint: disable=import-outside-toplevel
+
+    target = tfspec.load_model(target_dir)
+    config = FeatureDraftConfig.for_target(target, **{"d_ff": TINY["d_ff"], **overrides})
+    return tfspec.save_model(FeatureDraft(config, seed=seed), directory)
+
+
+# A fingerprint no target has (see `make_feature_draft`).
+FOREIGN = dict(target_fingerprint="0123456789abcdef", target_name="zoo:some-other-target")
+
+
 def write_xsum(path: str, count: int = len(XSUM_DOCS)) -> str:
     """A local XSum-format JSONL file (fields id, document, summary)."""
     with open(path, "w", encoding="utf-8") as f:
