@@ -29,9 +29,11 @@ import itertools
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tfspec
 from tfspec.models import T5, T5Config
+from tfspec.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from tfspec import testing
 from tfspec.testing import exact_reference as ref
 from tfspec.testing import wrong_rules
@@ -255,3 +257,132 @@ def test_power_a_wrong_rule_is_rejected_in_auto_mode(models, tables, strategy):
                                  accept_fn=wrong_rules.inverted_ratio)
     pvalue = _pvalue(tokens, lengths, tables[0], sampling)
     assert pvalue < P_MIN, f"wrong rule not detected in auto mode (p = {pvalue:.3g})"
+
+
+# ------------------------------------------------------------ feature drafts (EAGLE-style)
+#
+# A `FeatureDraft` reads the target's own features: the verify pass hands them over, and
+# its draft steps feed it its own predicted features. Its q after a prefix depends on the
+# target's states along that prefix and, within a round, on the draft's own random draws,
+# which is all the rule needs; these tests check the loop that carries the features
+# (feature hand-off, the feature catch-up of the draft cache, a draft vocabulary smaller
+# than V whose other tokens only the residual max(0, p - q) can emit) keeps the law exact.
+# The draft is random, so its q is far from p (see the premise test).
+
+# name -> FeatureDraftConfig overrides. "top-reduced" proposes only DRAFT_VOCAB: tokens 0
+# and 3 are emitted through the residual alone.
+FEATURE_DRAFTS = {
+    "fused": dict(feature_layers=(0, -1)),
+    "top-reduced": dict(draft_vocab_size=3, cross_attention=False),
+}
+DRAFT_VOCAB = [1, 2, 4]
+FEATURE_SEEDS = {"fused": 21, "top-reduced": 22}
+# (sampling, k) -> (feature draft, batch size, calls); as LAYOUTS, every k as one large
+# batch and as pooled small calls, each draft at both samplings.
+FEATURE_LAYOUTS = {
+    ("t1", 1): ("top-reduced", 6000, 1),
+    ("t1", 2): ("fused", 3, 700),
+    ("t1", 3): ("fused", 6000, 1),
+    ("t0.8-topp0.95", 1): ("fused", 2, 800),
+    ("t0.8-topp0.95", 2): ("top-reduced", 6000, 1),
+    ("t0.8-topp0.95", 3): ("top-reduced", 1, 1200),
+}
+
+
+@pytest.fixture(scope="module")
+def feature_drafts(models, strategy):
+    """{name: random FeatureDraft bound to the target}, in the test's strategy scope."""
+    target = models[0]
+    drafts = {}
+    with strategy.scope():
+        for name, overrides in FEATURE_DRAFTS.items():
+            config = FeatureDraftConfig.for_target(target, **overrides)
+            draft = FeatureDraft(config, seed=FEATURE_SEEDS[name]).bind(target)
+            if not draft.full_vocabulary:
+                draft.draft_vocab.assign(DRAFT_VOCAB)
+            drafts[name] = draft
+    return drafts
+
+
+def _feature_draft_step0_table(target, draft):
+    """{emitted prefix: float64 [V]}: the q of draft step 0 after every prefix shorter than
+    LENGTH (pass 1 of the draft's uncached `rollout` on the target's true features)."""
+    tails = list(itertools.product(range(VOCAB), repeat=LENGTH - 1))
+    decoder_ids = np.array([[target.decoder_start_id, *tail] for tail in tails], np.int32)
+    encoder_ids = np.tile(np.array([PROMPT], np.int32), [len(tails), 1])
+    _, features, context = target.decoder_features(encoder_ids, None, decoder_ids,
+                                                   draft.feature_layers)
+    (predicted,) = draft.rollout(features, decoder_ids, context.encoder_states,
+                                 context.encoder_mask, depth=1)
+    logits = draft.scatter_logits(draft.draft_logits_subset(
+        predicted, draft.lm_head_subset(target.output_projection())))
+    probs = tf.nn.softmax(tf.cast(logits, tf.float64)).numpy()
+    table = {}
+    for tail, row in zip(tails, probs):
+        for i in range(LENGTH):
+            table[tail[:i]] = row[i]
+    return table
+
+
+@pytest.mark.parametrize("name", sorted(FEATURE_DRAFTS))
+def test_feature_drafts_are_random_and_far_from_the_target(models, tables, feature_drafts,
+                                                           name):
+    """The premises of the feature-draft distribution tests: q differs clearly from p (so
+    both branches of the rule, and the residual, carry mass), and the reduced draft puts
+    no mass outside its vocabulary."""
+    draft = feature_drafts[name]
+    table = _feature_draft_step0_table(models[0], draft)
+    prefixes = sorted(table)
+    q = np.stack([table[p] for p in prefixes])
+    p = np.stack([tables[0][p] for p in prefixes])
+    overlap = np.minimum(p, q).sum(axis=-1).mean()
+    assert 0.3 < overlap < 0.8, f"mean overlap {overlap:.2f}"
+    if not draft.full_vocabulary:
+        outside = np.setdiff1d(np.arange(VOCAB), DRAFT_VOCAB)
+        assert np.all(q[:, outside] == 0)
+        # The residual carries the mass of the tokens q never proposes.
+        assert p[:, outside].sum(axis=-1).mean() > 0.1
+
+
+@pytest.mark.parametrize("sampling_name, k", list(FEATURE_LAYOUTS),
+                         ids=[f"{name}-k{k}-{FEATURE_LAYOUTS[name, k][0]}"
+                              f"-batch{FEATURE_LAYOUTS[name, k][1]}"
+                              for name, k in FEATURE_LAYOUTS])
+def test_feature_draft_matches_uncached_target_distribution(models, tables, feature_drafts,
+                                                            sampling_name, k, strategy):
+    """Rows drafted by a feature draft follow the exact law of the uncached target."""
+    target = models[0]
+    sampling = SAMPLINGS[sampling_name]
+    name, batch, calls = FEATURE_LAYOUTS[sampling_name, k]
+    draft = feature_drafts[name]
+    tokens, lengths, stats = _decode(strategy, target, draft, k, sampling, batch, calls)
+    assert (lengths == LENGTH).all()
+    pvalue = _pvalue(tokens, lengths, tables[0], sampling)
+    assert pvalue > P_MIN, f"p = {pvalue:.2e}"
+    pooled = tfspec.DecodeStats.concatenate(stats)
+    assert 0.1 < pooled.acceptance_rate < 0.9, pooled.acceptance_rate
+    # Rounds that accepted all k drafts happened, so later rounds read what the feature
+    # catch-up wrote and started from the feature of a position the draft had predicted.
+    assert pooled.accepted_per_position[:, -1].sum() > 0.05 * len(lengths)
+    if 1 < batch < len(lengths):
+        assert any(len(set(s.rounds.tolist())) > 1 for s in stats)
+    if not draft.full_vocabulary:
+        outside = np.setdiff1d(np.arange(VOCAB), DRAFT_VOCAB)
+        assert np.isin(tokens, outside).mean() > 0.05  # The residual emitted them.
+
+
+@pytest.mark.parametrize("name, k, wrong", [
+    ("top-reduced", 2, "inverted_ratio"),
+    ("fused", 1, "argmax_draft"),
+])
+def test_power_wrong_rules_are_rejected_with_a_feature_draft(models, tables, feature_drafts,
+                                                              name, k, wrong, strategy):
+    """The same G-test rejects a wrong acceptance rule, and drafts scored as sampled that
+    were the argmax, when the draft is a feature draft."""
+    overrides = ({"accept_fn": wrong_rules.inverted_ratio} if wrong == "inverted_ratio"
+                 else {"draft_sample_fn": wrong_rules.argmax_draft})
+    sampling = SAMPLINGS["t1"]
+    tokens, lengths, _ = _decode(strategy, models[0], feature_drafts[name], k, sampling,
+                                 6000, 1, **overrides)
+    pvalue = _pvalue(tokens, lengths, tables[0], sampling)
+    assert pvalue < P_MIN, f"wrong rule {wrong} not detected (p = {pvalue:.3g})"
