@@ -356,7 +356,7 @@ class FeatureDraft(keras.Model):
 
     def _embed(self, ids: tf.Tensor) -> tf.Tensor:
         """int32 [B, T] -> float32 [B, T, D]: the target's embedding."""
-        return tf.cast(tf.gather(self._bound().shared, ids), tf.float32)
+        return tf.cast(tf.stop_gradient(tf.gather(self._bound().shared, ids)), tf.float32)
 
     def input_features(self, target_features: tf.Tensor) -> tf.Tensor:
         """The target's features float32 [B, T, F] -> the draft's input space [B, T, D]

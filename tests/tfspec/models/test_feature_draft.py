@@ -11,8 +11,8 @@ What is checked here, beyond the config and the checkpoint layout:
   and what its cache holds after the round, recorded in eager mode and compared with the
   target's uncached features of the committed sequence. A hand-off off by one position
   stays exact (any q is allowed), so only acceptance would show it; this test shows it
-  directly. A trained draft then checks the same end to end: its acceptance while decoding
-  equals what its training metric predicts.
+  directly. A trained draft then checks, more coarsely, the same end to end: its
+  acceptance while decoding equals what its training metric predicts.
 - Greedy identity through `tfspec.generate` for several draft shapes, k, batch layouts and
   execution modes.
 """
@@ -755,8 +755,11 @@ def trained(target):
 def test_a_trained_draft_accepts_what_its_training_metric_predicts(target, trained):
     """With k = 1 every round verifies one draft step 0, i.e. pass 1 of training: the mean
     acceptance probability beta of the decode equals the held-out `overlap_1` of the
-    objective (both on the target's own samples). A hand-off at the wrong position would
-    decode with features training never saw, and accept far less."""
+    objective (both on the target's own samples): decoding sees what training saw.
+
+    A sanity check, not a sharp one: a trained draft tolerates a feature one position
+    old fairly well (carrying h_{n'-2} instead of h_{n'-1} costs ~0.03 of beta here), so
+    the position of the hand-off is pinned down by the recorded hand-off tests."""
     draft, fresh, prompts, held_out = trained
     objective = FeatureDraftObjective(target, depth=2)
     _, metrics = objective(draft, held_out)
