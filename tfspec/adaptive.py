@@ -156,17 +156,22 @@ class Controller:
             self.horizon = min(max(int(round(mean)), 1), self.auto.k_max)
 
 
-# target -> draft -> {(sampling, AutoDraft): Controller}; weak keys, so a dropped model
-# takes its controllers with it.
+# target -> draft -> {(sampling, AutoDraft[, acceptance]): Controller}; weak keys, so a
+# dropped model takes its controllers with it.
 _CONTROLLERS: "weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary]" = (
     weakref.WeakKeyDictionary())
 
 
-def controller(target, draft, sampling, auto: AutoDraft) -> Controller:
-    """The `Controller` of this (target, draft, sampling, settings), created on first use."""
+def controller(target, draft, sampling, auto: AutoDraft, acceptance=None) -> Controller:
+    """The `Controller` of this (target, draft, sampling, settings), created on first use.
+
+    `acceptance`: None for the exact rule, else the (hashable) typical-acceptance settings,
+    whose accepted runs and timings are not the exact rule's, so they get a controller of
+    their own.
+    """
     per_draft = _CONTROLLERS.setdefault(target, weakref.WeakKeyDictionary())
     table = per_draft.setdefault(draft, {})
-    key = (sampling, auto)
+    key = (sampling, auto) if acceptance is None else (sampling, auto, acceptance)
     if key not in table:
         table[key] = Controller(auto)
     return table[key]

@@ -7,6 +7,9 @@ and what public T5 repositories hold):
     DIR/model.safetensors                HF tensor names, Linear weights [out, in]
       or DIR/model.safetensors.index.json + the shards its "weight_map" names
     DIR/spiece.model                     optional SentencePiece tokenizer
+    DIR/draft_vocabulary.json            optional, tfspec's own: {"ids": [...]}, the draft
+                                         vocabulary of a draft (`T5.set_draft_vocabulary`);
+                                         other loaders ignore it
 
 Specs accepted by `load_model`:
 
@@ -31,12 +34,14 @@ import tensorflow as tf
 
 from tfspec import memory
 from tfspec.models import feature_draft as feature_draft_lib
+from tfspec.models import medusa as medusa_lib
 from tfspec.models.t5 import T5
 from tfspec.models.t5_config import T5Config
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
+DRAFT_VOCABULARY_FILE = "draft_vocabulary.json"
 TOKENIZER_FILE = "spiece.model"
 ZOO_DIR = pathlib.Path(__file__).resolve().parent / "zoo"
 
@@ -327,14 +332,33 @@ def _load_directory(directory: str, dtype: Optional[str]) -> T5:
     if _is_keras_hub_config(raw):
         return _load_keras_hub(directory, dtype, raw)
     if raw.get("architectures") == [feature_draft_lib.ARCHITECTURE]:
-        return _load_feature_draft(directory, raw)
+        return _load_bound_draft(directory, raw, feature_draft_lib.FeatureDraftConfig,
+                                 feature_draft_lib.FeatureDraft)
+    if raw.get("architectures") == [medusa_lib.ARCHITECTURE]:
+        return _load_bound_draft(directory, raw, medusa_lib.MedusaConfig,
+                                 medusa_lib.MedusaHeads)
     _check_architecture(raw, config_path)
     config = T5Config.from_dict(raw)
     tensors = _TensorFiles(directory)
     config = _resolve_head(config, raw, tensors)
     model = build_model(config, tensors, dtype, directory)
     model.tokenizer_path = _find_tokenizer(directory)
+    _load_draft_vocabulary(model, directory)
     return model
+
+
+def _load_draft_vocabulary(model: T5, directory: str) -> None:
+    path = os.path.join(directory, DRAFT_VOCABULARY_FILE)
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            ids = json.load(f)["ids"]
+        model.set_draft_vocabulary(ids)
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path} is not a draft vocabulary ({e}); expected "
+                         f'{{"ids": [token ids in [0, {model.vocab_size})]}}, or delete the '
+                         f"file to load the model with its full vocabulary") from None
 
 
 # ------------------------------------------------------------------------- remote sources
@@ -418,7 +442,8 @@ def load_model(spec, dtype: Optional[str] = None) -> T5:
       spec: str or path-like: a directory, "hf://ORG/NAME", a keras-hub T5 preset name or
         "kaggle://" handle, or "zoo:NAME".
       dtype: "float32" (default) or "bfloat16": dtype of the variables and matmuls. A
-        feature draft (`tfspec.models.FeatureDraft`) is always float32.
+        feature draft (`tfspec.models.FeatureDraft`) or Medusa draft (`MedusaHeads`) is always
+        float32.
 
     Returns:
       A `tfspec.models.T5` with `tokenizer_path` set to the checkpoint's SentencePiece model
@@ -454,13 +479,14 @@ def load_model(spec, dtype: Optional[str] = None) -> T5:
         f"({', '.join(_keras_hub_preset_names()) or 'keras-hub not installed'}).")
 
 
-def _load_feature_draft(directory: str, raw: dict) -> "feature_draft_lib.FeatureDraft":
-    """A `FeatureDraft` from its directory (float32 variables; unbound: `tfspec.generate`
-    binds it to the target it is given, and refuses any other target)."""
+def _load_bound_draft(directory: str, raw: dict, config_cls, model_cls):
+    """A draft bound to its target at `generate` time (`FeatureDraft`, `MedusaHeads`) from
+    its directory (float32 variables; unbound: `tfspec.generate` binds it to the target it
+    is given, and refuses any other target)."""
     from safetensors.numpy import load_file
 
-    config = feature_draft_lib.FeatureDraftConfig.from_dict(raw)
-    model = feature_draft_lib.FeatureDraft(config, initialize="zeros")
+    config = config_cls.from_dict(raw)
+    model = model_cls(config, initialize="zeros")
     path = os.path.join(directory, WEIGHTS_FILE)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"No {WEIGHTS_FILE} in {directory}.")
@@ -482,7 +508,7 @@ def _load_feature_draft(directory: str, raw: dict) -> "feature_draft_lib.Feature
     return model
 
 
-def _save_feature_draft(model, directory: str, dtype) -> str:
+def _save_bound_draft(model, directory: str, dtype) -> str:
     from safetensors.tensorflow import save_file
 
     tensors = {}
@@ -516,9 +542,11 @@ def save_model(model: T5, directory, dtype: Optional[str] = None) -> str:
     """
     from safetensors.tensorflow import save_file
 
-    is_feature_draft = isinstance(model, feature_draft_lib.FeatureDraft)
+    is_feature_draft = isinstance(model, (feature_draft_lib.FeatureDraft,
+                                          medusa_lib.MedusaHeads))
     if not isinstance(model, T5) and not is_feature_draft:
-        raise TypeError(f"save_model saves tfspec.models.T5 models and feature drafts, got "
+        raise TypeError(f"save_model saves tfspec.models.T5 models, feature drafts and Medusa "
+                        f"heads, got "
                         f"{type(model).__name__}.")
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
@@ -526,7 +554,7 @@ def save_model(model: T5, directory, dtype: Optional[str] = None) -> str:
     if dtype not in (tf.float32, tf.bfloat16):
         raise ValueError(f"save_model dtype must be float32 or bfloat16, got {dtype.name}.")
     if is_feature_draft:
-        return _save_feature_draft(model, directory, dtype)
+        return _save_bound_draft(model, directory, dtype)
     tensors = {}
     for name, (variable, transposed) in model.hf_weight_map().items():
         value = tf.cast(tf.convert_to_tensor(variable), dtype)
@@ -546,4 +574,11 @@ def save_model(model: T5, directory, dtype: Optional[str] = None) -> str:
     stale_index = os.path.join(directory, INDEX_FILE)
     if os.path.exists(stale_index):
         os.remove(stale_index)  # model.safetensors now holds everything.
+    vocabulary_path = os.path.join(directory, DRAFT_VOCABULARY_FILE)
+    if model.draft_vocab_ids is not None:
+        with open(vocabulary_path, "w", encoding="utf-8") as f:
+            json.dump({"ids": model.draft_vocab_ids.tolist()}, f)
+            f.write("\n")
+    elif os.path.exists(vocabulary_path):
+        os.remove(vocabulary_path)  # The model has its full vocabulary again.
     return directory

@@ -118,6 +118,35 @@ def uses_target_features(draft) -> bool:
     return bool(getattr(draft, "uses_target_features", False))
 
 
+def drafts_in_parallel(draft) -> bool:
+    """Whether `draft` proposes a round's k drafts in one call (`MedusaHeads.propose`)
+    instead of one decode per draft step; such a draft keeps no cache."""
+    return bool(getattr(draft, "drafts_in_parallel", False))
+
+
+def draft_vocabulary(draft) -> Optional[tf.Tensor]:
+    """int32 [N] ascending, the token ids of a draft whose `decode` returns logits over a
+    draft vocabulary (the `DraftVocabulary` extension of `tfspec/models/protocol.py`), or
+    None (logits over all V)."""
+    ids = getattr(draft, "draft_vocab_ids", None)
+    return None if ids is None else tf.convert_to_tensor(ids, tf.int32)
+
+
+def _to_full_vocabulary(subset_probs: tf.Tensor, vocab_ids: tf.Tensor,
+                        vocab_size: int) -> tf.Tensor:
+    """float32 [batch, N] probabilities over the draft vocabulary -> [batch, V], 0 elsewhere.
+
+    A gather through the inverse map (not a scatter): inverse[v] = v's index in `vocab_ids`,
+    or N, a zero column appended to the probabilities. Example, V = 5, ids = [1, 3]:
+    inverse = [2, 0, 2, 1, 2]; [[0.7, 0.3]] -> [[0, 0.7, 0, 0.3, 0]].
+    """
+    n = tf.shape(vocab_ids)[0]
+    inverse = tf.tensor_scatter_nd_update(tf.fill([vocab_size], n), vocab_ids[:, None],
+                                          tf.range(n))                       # [V]
+    padded = tf.pad(subset_probs, [[0, 0], [0, 1]])                          # [batch, N + 1]
+    return tf.gather(padded, inverse, axis=1)
+
+
 def _draft_step(draft, draft_context, cache, ids, positions, features):
     """One draft decode of a window: (logits [batch, W, V], features, cache).
 
@@ -175,6 +204,10 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
       drafted int32 [batch] (m_b: drafts before the row stopped; 0 for finished rows; k in
       fixed mode, where the EOS rule above makes counting unnecessary), draft_cache).
     """
+    if drafts_in_parallel(draft):
+        return _parallel_draft_block(draft, draft_context, draft_cache, last_ids, done,
+                                     horizon, keys, round_idx, config, draft_sample_fn,
+                                     features)
     k = config.k
     greedy = config.sampling.greedy
     eos_id = config.eos_id
@@ -182,14 +215,20 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
     # The confidence test is the only reader of q(d); without it no V-wide work is added.
     stops_when_unsure = adaptive is not None and adaptive.confidence > 0
     vocab_size = draft.vocab_size
+    # With a draft vocabulary (ids [N]), logits, the argmax, the transform and the sampling
+    # are N wide; only the probabilities handed to the rule are laid out over V.
+    vocab_ids = draft_vocabulary(draft)
     uniforms = None if greedy else rng.uniform(keys, round_idx, _STREAM_DRAFT, k)
     filler = eos_id if eos_id is not None else 0
     batch = tf.shape(n)[0]
 
+    def token_of(index):
+        return index if vocab_ids is None else tf.gather(vocab_ids, index)
+
     def choose(logits, i):
-        """logits [batch, V] -> (token [batch], probs [batch, V] or None, confidence)."""
+        """logits [batch, V or N] -> (token [batch], probs [batch, V] or None, confidence)."""
         if greedy:  # The one-hot distribution is implied by the argmax; skip V-wide work.
-            token = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            token = token_of(tf.argmax(logits, axis=-1, output_type=tf.int32))
             if not stops_when_unsure:
                 return token, None, None
             # The draft's own probability of its argmax: exp(max - logsumexp).
@@ -197,10 +236,12 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
                                 - tf.reduce_logsumexp(logits, axis=-1))
             return token, None, confidence
         probs = sampling_lib.logits_to_probs(logits, config.sampling)
-        token = draft_sample_fn(probs, tf.gather(uniforms, i, axis=1))
-        confidence = (tf.gather(probs, token, axis=1, batch_dims=1) if stops_when_unsure
+        index = draft_sample_fn(probs, tf.gather(uniforms, i, axis=1))
+        confidence = (tf.gather(probs, index, axis=1, batch_dims=1) if stops_when_unsure
                       else None)
-        return token, probs, confidence
+        if vocab_ids is not None:
+            probs = _to_full_vocabulary(probs, vocab_ids, vocab_size)
+        return token_of(index), probs, confidence
 
     # Step-major buffers [k, batch(, V)]: step i writes row i in place (a one-index scatter
     # on the leading axis is a dynamic-update-slice, no copy of the buffer).
@@ -241,6 +282,57 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
     draft_probs = None if greedy else tf.transpose(probs_buf, [1, 0, 2])     # [batch, k, V]
     if adaptive is None:
         drafted = tf.fill([batch], k)
+    return draft_ids, draft_probs, drafted, draft_cache
+
+
+def _parallel_draft_block(draft, draft_context, draft_cache, last_ids, done, horizon, keys,
+                          round_idx, config: LoopConfig, draft_sample_fn, features):
+    """`_draft_block` for a draft that proposes all k at once (Medusa heads).
+
+    One `propose` call gives q_1 .. q_k from the row's carried feature h_{n-1} and out[n];
+    d_i is drawn from q_i with the same per-step uniform `_draft_block` would use (or is
+    its argmax, greedy). No draft position depends on an earlier draft, so nothing is
+    sequential and there is no cache to advance.
+
+    Adaptive mode: a row drafts m = its horizon, cut after its first draft whose q(d) is
+    below the confidence threshold or that is EOS (0 for finished rows): the decisions
+    `_draft_block` makes, from the draft's own distributions and draws only.
+
+    Returns:
+      As `_draft_block`: (draft_ids int32 [batch, k], draft_probs float32 [batch, k, V] or
+      None (greedy), drafted int32 [batch], draft_cache unchanged).
+    """
+    k = config.k
+    adaptive = config.adaptive
+    stops_when_unsure = adaptive is not None and adaptive.confidence > 0
+    logits = draft.propose(draft_context, last_ids, features, k)              # [batch, k, V]
+    batch = tf.shape(last_ids)[0]
+    if config.sampling.greedy:
+        draft_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)          # [batch, k]
+        draft_probs = None
+        if stops_when_unsure:
+            confidence = tf.exp(tf.reduce_max(logits, axis=-1)
+                                - tf.reduce_logsumexp(logits, axis=-1))
+    else:
+        draft_probs = sampling_lib.logits_to_probs(logits, config.sampling)   # [batch, k, V]
+        uniforms = rng.uniform(keys, round_idx, _STREAM_DRAFT, k)             # [batch, k]
+        # The sampler works on rows: the k positions become k * batch rows.
+        flat_ids = draft_sample_fn(tf.reshape(draft_probs, [-1, draft.vocab_size]),
+                                   tf.reshape(uniforms, [-1]))
+        draft_ids = tf.reshape(flat_ids, [batch, k])
+        if stops_when_unsure:
+            confidence = tf.gather(draft_probs, draft_ids, axis=2, batch_dims=2)
+    if adaptive is None:
+        return draft_ids, draft_probs, tf.fill([batch], k), draft_cache
+    stop_after = tf.zeros([batch, k], tf.bool)
+    if stops_when_unsure:
+        stop_after |= confidence < adaptive.confidence
+    if config.eos_id is not None:
+        stop_after |= tf.equal(draft_ids, config.eos_id)
+    first_stop = tf.where(tf.reduce_any(stop_after, axis=1),
+                          tf.argmax(tf.cast(stop_after, tf.int32), axis=1,
+                                    output_type=tf.int32) + 1, k)
+    drafted = tf.where(done, 0, tf.minimum(horizon, first_stop))
     return draft_ids, draft_probs, drafted, draft_cache
 
 
@@ -457,6 +549,9 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
     target_context, target_cache = target.prepare(prompt_ids, prompt_lengths, length)
     feature_draft = k > 0 and uses_target_features(draft)
     feature_layers = tuple(draft.feature_layers) if feature_draft else ()
+    parallel_draft = k > 0 and drafts_in_parallel(draft)
+    if parallel_draft:
+        draft.check_k(k)
     if feature_draft:
         # No draft encoder: the draft cross-attends to the target's encoder output.
         draft_context, draft_cache = draft.prepare_with_target(
@@ -538,8 +633,10 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
         out_ids = tf.tensor_scatter_nd_update(state.out_ids, indices, new_ids)
         live_i = tf.cast(live, tf.int32)
         if k > 0:
-            draft_cache = _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n,
-                                          drafted if adaptive else None, verified_features)
+            if not parallel_draft:  # Parallel drafts keep no cache.
+                draft_cache = _draft_catch_up(draft, draft_context, draft_cache, draft_ids,
+                                              n, drafted if adaptive else None,
+                                              verified_features)
             accepted_now = tf.minimum(num_accepted, counted)
             verified_now = tf.minimum(num_accepted + 1, counted)
             verified_mask = tf.cast(slot[:, :k] < verified_now[:, None], tf.float32)

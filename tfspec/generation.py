@@ -33,12 +33,17 @@ class Generation:
       stats: per-row `DecodeStats`.
       mode: with k="auto", the mode this call ran ("speculative" or "autoregressive");
         None for a fixed k.
+      acceptance: the acceptance rule of the call: "exact" (the default, distribution-
+        preserving) or "typical" (Medusa's typical acceptance, `acceptance="typical"` or a
+        `tfspec.TypicalAcceptance`: NOT distribution-preserving at temperature > 0; at 0 it
+        ran the exact greedy rule). Autoregressive calls judge no drafts under either.
     """
 
     tokens: np.ndarray
     lengths: np.ndarray
     stats: stats_lib.DecodeStats
     mode: Optional[str] = None
+    acceptance: str = acceptance_lib.EXACT
 
     def row_tokens(self, i: int) -> list:
         return self.tokens[i, :self.lengths[i]].tolist()
@@ -159,7 +164,8 @@ def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, acce
     # Whether few-row products use tfspec.kernels, and from which panel variables (their
     # widths), is decided when the loop is traced.
     key = (config, jit_compile, accept_fn, draft_sample_fn, kernels.allowed(),
-           kernels.panel_layout(target), None if draft is None else kernels.panel_layout(draft))
+           kernels.panel_layout(target), None if draft is None else kernels.panel_layout(draft),
+           _vocabulary_key(draft))
     if key not in table:
         # Weak references: the cache entry must not keep its own keys alive. The function
         # only runs while the target is alive (it is reached through the target's entry).
@@ -170,6 +176,12 @@ def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, acce
             _loop_body(target_ref, draft_ref, config, accept_fn, draft_sample_fn),
             jit_compile=jit_compile)
     return table[key]
+
+
+def _vocabulary_key(draft) -> Optional[bytes]:
+    """The draft vocabulary a loop is traced with (it is a constant of the program)."""
+    ids = getattr(draft, "draft_vocab_ids", None)
+    return None if ids is None else np.asarray(ids, np.int32).tobytes()
 
 
 def _loop_body(target_fn, draft_fn, config: decoding.LoopConfig, accept_fn, draft_sample_fn):
@@ -205,7 +217,8 @@ def generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
              sampling: Optional[sampling_lib.Sampling] = None, seed: int = 0,
              eos_id=_TARGET_DEFAULT, row_keys: Optional[Sequence[int]] = None,
              prompt_lengths=None, jit_compile: Optional[bool] = True,
-             strategy: Optional[tf.distribute.Strategy] = None) -> Generation:
+             strategy: Optional[tf.distribute.Strategy] = None,
+             acceptance="exact") -> Generation:
     """Decodes a batch with exact speculative sampling (or autoregressively).
 
     Args:
@@ -231,14 +244,21 @@ def generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
       prompt_lengths: int [batch] when `prompts` is an array.
       jit_compile: True = one XLA program; False = tf.function graph; None = eager.
       strategy: a `tf.distribute.Strategy`; the batch is split across its replicas.
+      acceptance: "exact" (the default and the only distribution-preserving rule), or an
+        explicit opt-in to Medusa's typical acceptance: "typical" (epsilon 0.09, delta 0.3)
+        or a `tfspec.TypicalAcceptance(epsilon, delta)`. Typical acceptance drafts the
+        draft's argmax tokens and keeps a draft d whenever the target's p(d) > min(epsilon,
+        delta * exp(-H(p))) (`tfspec.acceptance.typical_accept`): longer accepted runs, but
+        above temperature 0 the output does NOT follow the target's distribution. At
+        temperature 0 it runs the exact greedy loop (identical tokens).
 
     Returns:
-      A `Generation` with numpy `tokens`, `lengths` and `stats`.
+      A `Generation` with numpy `tokens`, `lengths`, `stats` and the `acceptance` rule.
     """
     return _generate(target, prompts, draft=draft, k=k, max_new_tokens=max_new_tokens,
                      sampling=sampling, seed=seed, eos_id=eos_id, row_keys=row_keys,
                      prompt_lengths=prompt_lengths, jit_compile=jit_compile,
-                     strategy=strategy)
+                     strategy=strategy, acceptance=acceptance)
 
 
 def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
@@ -246,16 +266,27 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
               eos_id=_TARGET_DEFAULT, row_keys: Optional[Sequence[int]] = None,
               prompt_lengths=None, jit_compile: Optional[bool] = True,
               strategy: Optional[tf.distribute.Strategy] = None,
-              accept_fn=acceptance_lib.accept,
-              draft_sample_fn=sampling_lib.sample_categorical) -> Generation:
+              acceptance="exact", accept_fn=None, draft_sample_fn=None) -> Generation:
     """`generate` with the acceptance rule and the draft sampler as arguments.
 
     Private: the only callers that replace the rules are the power checks of the exactness
-    tests, through `tfspec.testing.generate_with_rules`.
+    tests, through `tfspec.testing.generate_with_rules`. `accept_fn` / `draft_sample_fn`
+    None: those of `acceptance` (exact: `acceptance.accept` and
+    `sampling.sample_categorical`; typical at temperature > 0: its rule and
+    `acceptance.draft_argmax`); given, they replace them.
     """
     sampling = sampling_lib.Sampling() if sampling is None else sampling
     if not isinstance(sampling, sampling_lib.Sampling):
         raise ValueError(f"sampling must be a tfspec.Sampling, got {type(sampling).__name__}")
+    typical = acceptance_lib.resolve(acceptance)
+    rule = acceptance_lib.EXACT if typical is None else acceptance_lib.TYPICAL
+    # Greedy decoding takes the exact greedy path whatever the rule: typical acceptance on
+    # one-hot distributions is that rule, and the same compiled loop serves both.
+    if typical is not None and not sampling.greedy:
+        accept_fn = accept_fn or typical.accept_fn
+        draft_sample_fn = draft_sample_fn or acceptance_lib.draft_argmax
+    accept_fn = accept_fn or acceptance_lib.accept
+    draft_sample_fn = draft_sample_fn or sampling_lib.sample_categorical
     auto = adaptive_lib.resolve(k)
     if auto is not None:
         k = auto.k_max
@@ -282,6 +313,9 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
             draft.bind(target)  # Refuses, in one line, a target it was not trained for.
     if eos_id is _TARGET_DEFAULT:
         eos_id = target.eos_id
+    if decoding.draft_vocabulary(target) is not None:
+        raise ValueError("the target has a draft vocabulary (set_draft_vocabulary); a target "
+                         "must score every token: call target.set_draft_vocabulary(None)")
     if eos_id is not None and not 0 <= int(eos_id) < target.vocab_size:
         raise ValueError(f"eos_id {eos_id} is outside the vocabulary [0, {target.vocab_size})")
 
@@ -305,7 +339,8 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
 
     mode, controller, shape = None, None, None
     if auto is not None:
-        controller = adaptive_lib.controller(target, draft, sampling, auto)
+        controller = adaptive_lib.controller(target, draft, sampling, auto,
+                                             acceptance=typical)
         shape = (batch, prompt_ids.shape[1], int(max_new_tokens))
         mode = controller.choose(shape)
     loop_k, loop_draft = k, draft
@@ -353,7 +388,8 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
         rounds=out["rounds"], drafted=out["drafted"], accepted=out["accepted"],
         verified=out["verified"], accepted_per_position=out["accepted_per_position"],
         beta_sum=out["beta_sum"], tokens=out_lengths)
-    return Generation(tokens=tokens, lengths=out_lengths, stats=stats, mode=mode)
+    return Generation(tokens=tokens, lengths=out_lengths, stats=stats, mode=mode,
+                      acceptance=rule)
 
 
 def _tracing_count(fn) -> Optional[int]:

@@ -65,6 +65,8 @@ def t5_num_parameters(config: T5Config) -> int:
 def _kv_bytes_per_position(model: Any) -> int:
     """Decoder KV-cache bytes per (row, position) of a T5-like model; 0 for other drafts."""
     config = getattr(model, "config", None)
+    if hasattr(config, "feature_layers") and not hasattr(config, "num_heads"):
+        return 0  # A MedusaConfig: the heads keep no cache.
     if hasattr(config, "feature_layers"):  # A FeatureDraftConfig: one float32 block.
         return 2 * config.num_heads * config.d_kv * 4
     if not isinstance(config, T5Config):

@@ -10,7 +10,8 @@ literal, else a string). Stages: `target` (train the target), `draft` (distill t
 the finished target), `export` (write the pair to the zoo with model cards and measured
 acceptance), `all` (those three in order, skipping finished ones); `feature_draft` and
 `feature_draft_export` train and export an EAGLE-style feature draft for a frozen target
-(configs/zoo_tiny_code_eagle.py). Every stage resumes from
+(configs/zoo_tiny_code_eagle.py), `medusa` and `medusa_export` Medusa heads
+(configs/zoo_tiny_code_medusa.py). Every stage resumes from
 its last checkpoint, so after an interruption re-run the same command.
 """
 
@@ -66,9 +67,10 @@ def parse_args(argv=None):
                         help="Checkpoints and logs (default: the config's workdir).")
     parser.add_argument("--stage", default="all",
                         choices=("target", "draft", "export", "all", "feature_draft",
-                                 "feature_draft_export"),
+                                 "feature_draft_export", "medusa", "medusa_export"),
                         help="what to run (feature_draft*: the recipe's feature_draft "
-                             "section, an EAGLE-style head for a frozen target)")
+                             "section, an EAGLE-style head for a frozen target; medusa*: its "
+                             "medusa section, Medusa heads for a frozen target)")
     parser.add_argument("--max_steps", type=int, default=None,
                         help="Train the training stages to this step instead of the "
                              "config's steps (the learning-rate schedule is unchanged).")
@@ -90,6 +92,7 @@ def main(argv=None):
     from recipes.tiny_code import data as data_lib
     from tfspec.training import export, stages
     from tfspec.training import feature_draft as feature_draft_lib
+    from tfspec.training import medusa as medusa_lib
     tf.get_logger().setLevel("ERROR")  # Bucketed shapes retrace on purpose; no warnings.
 
     config = stages.validate_config(load_config(args.config, args.set))
@@ -120,6 +123,11 @@ def main(argv=None):
         elif stage == feature_draft_lib.EXPORT_STAGE:
             results[stage] = feature_draft_lib.export_feature_draft(config, workdir,
                                                                     args.zoo_dir, data)
+        elif stage == medusa_lib.STAGE:
+            results[stage] = medusa_lib.train_medusa(config, workdir, data, args.max_steps,
+                                                     progress=not args.no_progress)
+        elif stage == medusa_lib.EXPORT_STAGE:
+            results[stage] = medusa_lib.export_medusa(config, workdir, args.zoo_dir, data)
         else:
             results[stage] = export.export_pair(config, workdir, args.zoo_dir, data)
         stages.log(f"[train] stage {stage} done: "

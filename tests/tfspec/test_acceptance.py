@@ -88,3 +88,124 @@ def test_greedy_rule_equals_general_rule_on_one_hot(seed):
     np.testing.assert_array_equal(general.num_accepted, greedy.num_accepted)
     np.testing.assert_array_equal(general.next_ids, greedy.next_ids)
     np.testing.assert_allclose(general.beta, greedy.beta)
+
+
+# ------------------------------------------------------------ typical acceptance (Medusa)
+
+
+def _typical(p, q, drafts, u_final, epsilon=acceptance.TYPICAL_EPSILON,
+             delta=acceptance.TYPICAL_DELTA):
+    fn = acceptance.typical_accept_fn(epsilon, delta)
+    return fn(tf.constant([p], tf.float32), tf.constant([q], tf.float32),
+              tf.constant([drafts], tf.int32), tf.zeros([1, len(drafts)], tf.float32),
+              tf.constant([u_final], tf.float32))
+
+
+def _threshold(p, epsilon, delta):
+    p = np.asarray(p, np.float64)
+    entropy = -np.sum(p[p > 0] * np.log(p[p > 0]))
+    return min(epsilon, delta * np.exp(-entropy))
+
+
+# The docstring's example: p_1 = [0.6, 0.3, 0.1] (threshold 0.09), p_2 = [0.05, 0.05, 0.9]
+# (threshold 0.09), bonus p_3 = [0.2, 0.2, 0.6]; q only enters beta.
+TP = [[0.6, 0.3, 0.1], [0.05, 0.05, 0.9], [0.2, 0.2, 0.6]]
+TQ = [[0.3, 0.4, 0.3], [0.9, 0.05, 0.05]]
+
+
+@pytest.mark.parametrize("drafts, epsilon, delta, expect_accepted", [
+    ([1, 0], 0.09, 0.3, 1),   # 0.3 > 0.09 kept; 0.05 < 0.09 not.
+    ([2, 2], 0.09, 0.3, 2),   # 0.1 > 0.09 and 0.9 > 0.09: both kept (bonus next).
+    ([2, 2], 0.2, 0.3, 0),    # Position 1's threshold is now min(0.2, 0.122) = 0.122 > 0.1.
+    ([0, 0], 0.09, 0.3, 1),
+    ([0, 0], 0.01, 0.3, 2),   # min(0.01, ...) = 0.01 < 0.05.
+    ([2, 2], 0.2, 0.2, 2),    # A smaller delta: min(0.2, 0.2 * 0.407) = 0.081 < 0.1.
+])
+def test_typical_keeps_drafts_above_the_threshold(drafts, epsilon, delta, expect_accepted):
+    kept = [TP[i][d] > _threshold(TP[i], epsilon, delta) for i, d in enumerate(drafts)]
+    assert int(np.cumprod(kept).sum()) == expect_accepted  # The criterion, in numpy.
+    result = _typical(TP, TQ, drafts, 0.0, epsilon, delta)
+    assert int(result.num_accepted[0]) == expect_accepted
+
+
+def test_typical_thresholds_are_the_ones_of_the_docstring():
+    assert _threshold(TP[0], 0.09, 0.3) == pytest.approx(0.09)
+    assert _threshold(TP[0], 1.0, 0.3) == pytest.approx(0.1222, abs=1e-3)
+    assert _threshold(TP[1], 1.0, 0.3) == pytest.approx(0.2022, abs=1e-3)
+    assert _threshold(TP[1], 0.09, 0.3) == pytest.approx(0.09)
+
+
+@pytest.mark.parametrize("u_final, token", [(0.0, 0), (0.049, 0), (0.051, 1), (0.2, 2),
+                                            (0.99, 2)])
+def test_typical_samples_the_next_token_from_p_at_the_first_rejection(u_final, token):
+    # d_2 = 0 is not kept: the next token is a sample of p_2 = [0.05, 0.05, 0.9] itself,
+    # not of a residual (the exact rule's max(0, p_2 - q_2) = [0, 0, 0.85] has no mass on
+    # tokens 0 and 1).
+    result = _typical(TP, TQ, [1, 0], u_final)
+    assert int(result.num_accepted[0]) == 1
+    assert int(result.next_ids[0]) == token
+
+
+@pytest.mark.parametrize("u_final, token", [(0.1, 0), (0.3, 1), (0.5, 2)])
+def test_typical_samples_the_bonus_when_all_are_kept(u_final, token):
+    result = _typical(TP, TQ, [2, 2], u_final)
+    assert int(result.num_accepted[0]) == 2
+    assert int(result.next_ids[0]) == token  # From p_3 = [0.2, 0.2, 0.6].
+
+
+def test_typical_ignores_the_accept_uniforms_and_reports_beta_as_the_exact_rule():
+    p, q, d = (tf.constant([TP], tf.float32), tf.constant([TQ], tf.float32),
+               tf.constant([[1, 0]], tf.int32))
+    fn = acceptance.typical_accept_fn()
+    low = fn(p, q, d, tf.zeros([1, 2]), tf.constant([0.5]))
+    high = fn(p, q, d, tf.fill([1, 2], 0.999), tf.constant([0.5]))
+    assert int(low.num_accepted[0]) == int(high.num_accepted[0]) == 1
+    exact = acceptance.accept(p, q, d, tf.zeros([1, 2]), tf.constant([0.5]))
+    np.testing.assert_allclose(low.beta, exact.beta)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_typical_equals_the_greedy_rule_on_one_hot(seed):
+    rng = np.random.RandomState(seed)
+    batch, k, vocab = 64, 4, 5
+    target_ids = rng.randint(vocab, size=(batch, k + 1))
+    draft_ids = np.where(rng.rand(batch, k) < 0.6, target_ids[:, :k],
+                         rng.randint(vocab, size=(batch, k)))
+    onehot = lambda ids: tf.one_hot(ids, vocab, dtype=tf.float32)
+    typical = acceptance.typical_accept_fn()(
+        onehot(target_ids), onehot(draft_ids), tf.constant(draft_ids, tf.int32),
+        tf.constant(rng.rand(batch, k), tf.float32), tf.constant(rng.rand(batch), tf.float32))
+    greedy = acceptance.accept_greedy(tf.constant(target_ids, tf.int32),
+                                      tf.constant(draft_ids, tf.int32))
+    np.testing.assert_array_equal(typical.num_accepted, greedy.num_accepted)
+    np.testing.assert_array_equal(typical.next_ids, greedy.next_ids)
+    np.testing.assert_allclose(typical.beta, greedy.beta)
+
+
+def test_typical_accept_fn_is_cached_per_setting():
+    default = acceptance.typical_accept_fn()
+    assert acceptance.typical_accept_fn(0.09, 0.3) is default
+    assert acceptance.typical_accept_fn(epsilon=0.09, delta=0.3) is default
+    assert acceptance.TypicalAcceptance().accept_fn is default
+    assert acceptance.typical_accept_fn(0.1, 0.3) is not default
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(epsilon=0), r"epsilon must be in \(0, 1\], got 0"),
+    (dict(epsilon=1.5), r"epsilon must be in \(0, 1\]"),
+    (dict(epsilon=float("nan")), r"epsilon must be in \(0, 1\]"),
+    (dict(delta=0), "delta must be > 0, got 0"),
+    (dict(delta=-1), "delta must be > 0"),
+    (dict(epsilon="big"), "epsilon must be a number"),
+    (dict(delta=True), "delta must be a number"),
+])
+def test_typical_acceptance_settings_are_validated(kwargs, message):
+    with pytest.raises(ValueError, match=message) as info:
+        acceptance.TypicalAcceptance(**kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_typical_acceptance_defaults_are_medusas():
+    settings = acceptance.TypicalAcceptance()
+    assert (settings.epsilon, settings.delta) == (0.09, 0.3)
+    assert acceptance.TypicalAcceptance(1, 2) == acceptance.TypicalAcceptance(1.0, 2.0)

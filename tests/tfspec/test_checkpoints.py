@@ -58,6 +58,27 @@ def test_save_load_round_trip_is_exact(name, tmp_path):
     np.testing.assert_array_equal(_logits(loaded), _logits(model))
 
 
+def test_draft_vocabulary_travels_with_the_model(tmp_path):
+    model = T5(CONFIGS["v1_1"], seed=7).set_draft_vocabulary([9, 4, 30])
+    directory = save_model(model, tmp_path / "ckpt")
+    loaded = load_model(directory)
+    np.testing.assert_array_equal(loaded.draft_vocab_ids, [0, 1, 4, 9, 30])
+    np.testing.assert_array_equal(_logits(loaded), _logits(model))  # forward: all of V
+    save_model(loaded.set_draft_vocabulary(None), directory)  # Saved again without one.
+    assert not os.path.exists(os.path.join(directory, checkpoints.DRAFT_VOCABULARY_FILE))
+    assert load_model(directory).draft_vocab_ids is None
+
+
+@pytest.mark.parametrize("content", ['{"ids": [3, 99]}', '{"idz": [3]}', "[1, 2"])
+def test_bad_draft_vocabulary_file_is_one_line_error(content, tmp_path):
+    directory = save_model(T5(CONFIGS["v1_0"], seed=7), tmp_path / "ckpt")
+    with open(os.path.join(directory, checkpoints.DRAFT_VOCABULARY_FILE), "w") as f:
+        f.write(content)
+    with pytest.raises(ValueError, match="is not a draft vocabulary") as error:
+        load_model(directory)
+    assert "\n" not in str(error.value)
+
+
 def test_saved_linear_weights_are_out_in(tmp_path):
     model = T5(CONFIGS["v1_1"], seed=1)
     tensors = load_file(os.path.join(save_model(model, tmp_path), "model.safetensors"))

@@ -180,3 +180,99 @@ def test_generate_with_rules_defaults_to_the_exact_rules():
     got = testing.generate_with_rules(_ngram(), [[1, 2], [3]], **kwargs)
     np.testing.assert_array_equal(expected.tokens, got.tokens)
     np.testing.assert_array_equal(expected.stats.accepted, got.stats.accepted)
+
+
+# ------------------------------------------------------------ acceptance="exact"|"typical"
+
+
+@pytest.mark.parametrize("acceptance", ["medusa", "Typical", None, 0.09,
+                                        tfspec.Sampling()])
+def test_an_unknown_acceptance_is_a_one_line_value_error_naming_the_choices(acceptance):
+    with pytest.raises(ValueError, match='acceptance must be "exact", "typical" or a '
+                                         'tfspec.TypicalAcceptance') as info:
+        tfspec.generate(_ngram(), [[1, 2]], draft=_ngram(), k=2, max_new_tokens=3,
+                        acceptance=acceptance)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("acceptance, rule", [
+    ("exact", "exact"), ("typical", "typical"),
+    (tfspec.TypicalAcceptance(epsilon=0.2, delta=0.5), "typical")])
+def test_generation_says_which_rule_ran(acceptance, rule):
+    gen = tfspec.generate(_ngram(), [[1, 2]], draft=_ngram(), k=2, max_new_tokens=3,
+                          acceptance=acceptance)
+    assert gen.acceptance == rule
+    assert tfspec.generate(_ngram(), [[1, 2]], max_new_tokens=3).acceptance == "exact"
+
+
+def _peaked_ngram(seed, vocab=6):
+    rng = np.random.RandomState(seed)
+    return NGram(np.log(rng.dirichlet(np.full(vocab, 0.5), size=vocab)).astype(np.float32))
+
+
+@pytest.mark.parametrize("jit_compile", [True, None], ids=["xla", "eager"])
+def test_greedy_typical_acceptance_is_the_exact_greedy_loop(jit_compile):
+    """Temperature 0: the same tokens and counters as the exact rule, from the same
+    compiled loop (no program of its own)."""
+    target, draft = _peaked_ngram(1), _peaked_ngram(2)
+    kwargs = dict(draft=draft, k=3, max_new_tokens=12, sampling=tfspec.Sampling(0.0),
+                  jit_compile=jit_compile)
+    prompts = [[1, 2], [3], [4, 5, 0]]
+    exact = tfspec.generate(target, prompts, **kwargs)
+    loops = len(generation.compiled_loops(target))
+    typical = tfspec.generate(target, prompts, acceptance="typical", **kwargs)
+    assert typical.acceptance == "typical"
+    np.testing.assert_array_equal(exact.tokens, typical.tokens)
+    np.testing.assert_array_equal(exact.stats.accepted, typical.stats.accepted)
+    np.testing.assert_array_equal(exact.stats.rounds, typical.stats.rounds)
+    assert len(generation.compiled_loops(target)) == loops
+
+
+def test_greedy_typical_acceptance_matches_exact_greedy_through_t5_caches():
+    target, draft = _tiny_t5(8, seed=3), _tiny_t5(4, seed=13)
+    kwargs = dict(draft=draft, k=2, max_new_tokens=8, sampling=tfspec.Sampling(0.0),
+                  jit_compile=False, eos_id=None)
+    prompts = [[3, 4, 5], [6], [7, 8]]
+    exact = tfspec.generate(target, prompts, **kwargs)
+    typical = tfspec.generate(target, prompts, acceptance=tfspec.TypicalAcceptance(), **kwargs)
+    np.testing.assert_array_equal(exact.tokens, typical.tokens)
+    assert typical.stats.drafted.sum() > 0
+
+
+def test_sampled_typical_acceptance_compiles_once_per_setting_and_accepts_more():
+    target = _peaked_ngram(3)
+    # The draft is the target flattened (logits / 2): the same argmax everywhere, but a q
+    # that the exact rule must often correct, while typical acceptance keeps its argmax.
+    draft = NGram(np.log(np.random.RandomState(3).dirichlet(np.full(6, 0.5), size=6))
+                  .astype(np.float32) / 2)
+    kwargs = dict(draft=draft, k=3, max_new_tokens=16, sampling=tfspec.Sampling(1.0), seed=5)
+    prompts = [[1, 2]] * 64
+    exact = tfspec.generate(target, prompts, **kwargs)
+    loops = len(generation.compiled_loops(target))
+    typical = tfspec.generate(target, prompts, acceptance="typical", **kwargs)
+    assert len(generation.compiled_loops(target)) == loops + 1
+    again = tfspec.generate(target, prompts, acceptance=tfspec.TypicalAcceptance(0.09, 0.3),
+                            **kwargs)
+    assert len(generation.compiled_loops(target)) == loops + 1  # The same rule object.
+    np.testing.assert_array_equal(typical.tokens, again.tokens)
+    # Medusa's candidates are the draft's argmax and the test has no uniform: it keeps
+    # drafts the exact rule would often reject.
+    assert typical.stats.acceptance_rate > exact.stats.acceptance_rate
+
+
+def test_typical_acceptance_with_auto_draft_length_and_the_test_hooks():
+    from tfspec import testing
+    from tfspec.testing import wrong_rules
+    target, draft = _peaked_ngram(5), _peaked_ngram(6)
+    kwargs = dict(draft=draft, max_new_tokens=8, sampling=tfspec.Sampling(1.0), seed=1)
+    gen = tfspec.generate(target, [[1, 2]] * 4, k=tfspec.AutoDraft(k_max=2, fallback=False),
+                          acceptance="typical", **kwargs)
+    assert gen.acceptance == "typical" and gen.mode == "speculative"
+    # A hook given explicitly replaces the rule that `acceptance` would pick.
+    hooked = testing.generate_with_rules(target, [[1, 2]] * 4, k=2, acceptance="typical",
+                                         accept_fn=wrong_rules.inverted_ratio, **kwargs)
+    plain = testing.generate_with_rules(target, [[1, 2]] * 4, k=2,
+                                        accept_fn=wrong_rules.inverted_ratio,
+                                        draft_sample_fn=tfspec.acceptance.draft_argmax,
+                                        **kwargs)
+    np.testing.assert_array_equal(hooked.tokens, plain.tokens)

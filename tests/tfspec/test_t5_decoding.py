@@ -144,3 +144,48 @@ def test_greedy_parity_and_full_acceptance_under_every_strategy(models, strategy
     np.testing.assert_array_equal(same.tokens, ar.tokens)
     np.testing.assert_array_equal(same.stats.accepted, same.stats.drafted)
     np.testing.assert_array_equal(same.stats.rounds, math.ceil(MAX_NEW / 4))
+
+
+@pytest.mark.parametrize("k", [1, 4])
+@pytest.mark.parametrize("drop_one", [False, True], ids=["covers", "misses_one"])
+def test_greedy_draft_vocabulary(models, k, drop_one, strategy):
+    """A copy of the target restricted to a draft vocabulary: when the vocabulary holds
+    every token greedy decoding emits, every draft is accepted; when it misses one, that
+    token is never drafted, the drafts at it are rejected, and the tokens stay identical
+    to greedy autoregressive decoding either way."""
+    target = models[0]
+    greedy = tfspec.Sampling(temperature=0.0)
+    ar = _generate(strategy, target, PROMPTS, max_new_tokens=MAX_NEW, sampling=greedy,
+                   eos_id=None)
+    # The last round drafts up to k tokens past MAX_NEW: the vocabulary must cover those.
+    longer = _generate(strategy, target, PROMPTS, max_new_tokens=MAX_NEW + k, sampling=greedy,
+                       eos_id=None)
+    emitted = np.unique(longer.tokens)
+    # The most frequent emitted token (not pad/EOS, which are always kept): it also sits at
+    # drafted positions, not only at the bonus positions of full-acceptance rounds.
+    values, counts = np.unique(ar.tokens[ar.tokens > 1], return_counts=True)
+    missed = int(values[np.argmax(counts)])
+    with strategy.scope():
+        draft = T5(_config(2), seed=1)  # The target's weights, another object.
+    draft.set_draft_vocabulary(emitted[emitted != missed] if drop_one else emitted)
+    assert draft.draft_vocab_ids.size < VOCAB
+    spec = _generate(strategy, target, PROMPTS, draft=draft, k=k, max_new_tokens=MAX_NEW,
+                     sampling=greedy, eos_id=None)
+    np.testing.assert_array_equal(spec.tokens, ar.tokens)
+    if drop_one:
+        assert 0 < spec.stats.acceptance_rate < 1.0
+    else:
+        assert spec.stats.acceptance_rate == 1.0
+
+
+def test_draft_vocabulary_is_refused_for_a_target_and_validated(models):
+    target = T5(_config(1), seed=3)
+    target.set_draft_vocabulary([5, 7])
+    np.testing.assert_array_equal(target.draft_vocab_ids, [0, 1, 5, 7])  # + pad and EOS
+    with pytest.raises(ValueError, match="the target has a draft vocabulary"):
+        tfspec.generate(target, PROMPTS, max_new_tokens=2)
+    assert target.set_draft_vocabulary(None).draft_vocab_ids is None
+    for bad, message in [([VOCAB], "must lie in"), ([3, 3], "distinct"), ([], "non-empty"),
+                         ([1.5], "integer")]:
+        with pytest.raises(ValueError, match=message):
+            target.set_draft_vocabulary(bad)

@@ -32,15 +32,16 @@ import pytest
 import tensorflow as tf
 
 import tfspec
-from tfspec.models import T5, T5Config
 from tfspec.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from tfspec import testing
 from tfspec.testing import exact_reference as ref
+from tfspec.testing import tiny_t5
 from tfspec.testing import wrong_rules
 
-VOCAB = 5
-LENGTH = 5
-PROMPT = [2, 3, 4]
+# The enumerable pair (tfspec/testing/tiny_t5.py, shared with bench.typical_bias).
+VOCAB = tiny_t5.VOCAB
+LENGTH = tiny_t5.LENGTH
+PROMPT = list(tiny_t5.PROMPT)
 P_MIN = 1e-3
 SAMPLINGS = {
     "t1": tfspec.Sampling(temperature=1.0),
@@ -50,14 +51,6 @@ SAMPLINGS = {
 # float32 probabilities of the cached loop and the float64 reference differ by ~1e-7; a top-p
 # decision closer than this to flipping could keep different tokens in the two.
 TOP_P_MARGIN = 1e-5
-# Gains on the target decoder's self-attention output projection and relative position
-# bias: with them the random model depends strongly on earlier decoder positions, i.e. on
-# its KV cache (see `test_models_are_random_different_and_read_their_history`). Without
-# them a loop that verified every row at the batch's smallest position went unnoticed.
-TARGET_GAINS = {
-    "decoder.block.0.layer.0.SelfAttention.o.weight": 6.0,
-    "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight": 4.0,
-}
 # (sampling, k) -> (batch size, calls); the rows of all calls are pooled.
 # Small calls cost ~1.5 ms each, so they pool fewer rows than the large batches.
 LAYOUTS = {
@@ -77,44 +70,18 @@ AUTO = tfspec.AutoDraft(k_max=3, confidence=0.45, initial_k=2, fallback=False)
 AUTO_LAYOUTS = {"t1": (6000, 1), "t0.8-topp0.95": (2, 1000)}
 
 
-def _config(d_model):
-    return T5Config(vocab_size=VOCAB, d_model=d_model, d_kv=4, d_ff=2 * d_model,
-                    num_layers=1, num_decoder_layers=1, num_heads=2,
-                    relative_attention_num_buckets=8, relative_attention_max_distance=16,
-                    feed_forward_proj="relu", tie_word_embeddings=True,
-                    pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
-
-
 @pytest.fixture(scope="module")
 def models(strategy):
-    """(target, draft): different widths and seeds, in the test's strategy scope."""
+    """(target, draft): different widths and seeds, in the test's strategy scope. The
+    target's gains on its decoder self-attention make it depend strongly on earlier decoder
+    positions, i.e. on its KV cache (see
+    `test_models_are_random_different_and_read_their_history`); without them a loop that
+    verified every row at the batch's smallest position went unnoticed."""
     with strategy.scope():
-        target = T5(_config(16), seed=1)
-        weights = target.hf_weight_map()  # Checkpoint names: independent of the layout.
-        for name, gain in TARGET_GAINS.items():
-            variable, _ = weights[name]
-            variable.assign(variable * gain)
-        draft = T5(_config(8), seed=11)
-    return target, draft
+        return tiny_t5.enumerable_pair()
 
 
-def _next_probs_table(model):
-    """{emitted prefix: float64 [V]} for every prefix shorter than LENGTH, uncached.
-
-    One `forward` over all VOCAB**(LENGTH - 1) decoder inputs [start, t_1 .. t_{LENGTH-1}]:
-    its logits at index i are the next-token logits after the prefix t_1 .. t_i.
-    """
-    tails = list(itertools.product(range(VOCAB), repeat=LENGTH - 1))
-    decoder_ids = np.array([[model.decoder_start_id, *tail] for tail in tails], np.int32)
-    encoder_ids = np.tile(np.array([PROMPT], np.int32), [len(tails), 1])
-    logits = model.forward(encoder_ids, None, decoder_ids).numpy().astype(np.float64)
-    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    probs /= probs.sum(axis=-1, keepdims=True)
-    table = {}
-    for tail, row in zip(tails, probs):
-        for i in range(LENGTH):
-            table[tail[:i]] = row[i]
-    return table
+_next_probs_table = tiny_t5.next_probs_table
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +199,46 @@ def test_auto_draft_length_matches_uncached_target_distribution(models, tables, 
     assert pooled.accepted_per_position[:, -1].sum() > 0
 
 
+@pytest.fixture(scope="module")
+def reduced_draft(strategy):
+    """The draft of `models` (same weights) restricted to the draft vocabulary {0, 1, 3}: q
+    is 0 on tokens 2 and 4, which the target gives real mass."""
+    with strategy.scope():
+        _, draft = tiny_t5.enumerable_pair()
+    return draft.set_draft_vocabulary([3])
+
+
+@pytest.mark.parametrize("sampling_name, k, batch, calls",
+                         [("t1", 2, 6000, 1), ("t0.8-topp0.95", 3, 3, 700)],
+                         ids=["t1-k2-batch6000", "t0.8-topp0.95-k3-batch3"])
+def test_draft_vocabulary_matches_uncached_target_distribution(models, tables, reduced_draft,
+                                                               sampling_name, k, batch,
+                                                               calls, strategy):
+    """A draft with a draft vocabulary (logits, transform and sampling over 3 of the 5
+    tokens, probabilities laid out over V for the rule) keeps the target's law: the
+    residual supplies the tokens q never proposes."""
+    target, _ = models
+    sampling = SAMPLINGS[sampling_name]
+    tokens, lengths, stats = _decode(strategy, target, reduced_draft, k, sampling, batch,
+                                     calls)
+    pvalue = _pvalue(tokens, lengths, tables[0], sampling)
+    assert pvalue > P_MIN, f"p = {pvalue:.2e}"
+    pooled = tfspec.DecodeStats.concatenate(stats)
+    assert 0.1 < pooled.acceptance_rate < 0.9, pooled.acceptance_rate
+    emitted = set(tokens[:, :LENGTH].reshape(-1).tolist())
+    assert {2, 4} <= emitted  # Tokens outside the draft vocabulary still come out.
+
+
+def test_power_draft_vocabulary_with_a_wrong_rule_is_rejected(models, tables, reduced_draft,
+                                                              strategy):
+    target, _ = models
+    sampling = SAMPLINGS["t1"]
+    tokens, lengths, _ = _decode(strategy, target, reduced_draft, 2, sampling, 6000, 1,
+                                 accept_fn=wrong_rules.inverted_ratio)
+    pvalue = _pvalue(tokens, lengths, tables[0], sampling)
+    assert pvalue < P_MIN, f"wrong rule not detected with a draft vocabulary (p = {pvalue:.3g})"
+
+
 @pytest.mark.parametrize("wrong", ["inverted_ratio", "forgetful_cache"])
 def test_power_wrong_rules_are_rejected(models, tables, wrong, strategy):
     """The same G-test rejects a wrong acceptance rule and a target that drops the cache
@@ -257,6 +264,52 @@ def test_power_a_wrong_rule_is_rejected_in_auto_mode(models, tables, strategy):
                                  accept_fn=wrong_rules.inverted_ratio)
     pvalue = _pvalue(tokens, lengths, tables[0], sampling)
     assert pvalue < P_MIN, f"wrong rule not detected in auto mode (p = {pvalue:.3g})"
+
+
+# ------------------------------------------------------- typical acceptance (Medusa), biased
+#
+# `tfspec.generate(acceptance="typical")` keeps a drafted argmax token d whenever the
+# target's p(d) > min(0.09, 0.3 exp(-H(p))): not distribution-preserving above temperature
+# 0. The same G-test must reject its rows, and their total-variation distance from the
+# exact law (first TYPICAL_LENGTH tokens, 125 sequences) must exceed a bound that the exact
+# rule stays under with the same rows. With 3000 rows the exact rule's TV sits at the
+# sampling floor (~0.05-0.06); typical acceptance's is ~0.8 on this pair
+# (`bench.typical_bias`), so the bound 0.2 is far from both.
+TYPICAL_SAMPLINGS = {"t1": tfspec.Sampling(temperature=1.0),
+                     "t0.7": tfspec.Sampling(temperature=0.7)}
+TYPICAL_ROWS = 3000
+TYPICAL_K = 2
+TYPICAL_LENGTH = 3
+TYPICAL_TV_BOUND = 0.2
+TYPICAL_P_MAX = 1e-6
+
+
+@pytest.mark.parametrize("sampling_name", list(TYPICAL_SAMPLINGS))
+def test_typical_acceptance_bias_is_detected(models, tables, sampling_name, strategy):
+    target, draft = models
+    sampling = TYPICAL_SAMPLINGS[sampling_name]
+    expected = ref.enumerate_distribution(tables[0].__getitem__, VOCAB, TYPICAL_LENGTH,
+                                          sampling.temperature)
+    floor, floor_std = ref.total_variation_noise(expected, TYPICAL_ROWS)
+    assert floor + 10 * floor_std < TYPICAL_TV_BOUND
+    results = {}
+    for rule in ("exact", "typical"):
+        gen = tfspec.generate(target, [PROMPT] * TYPICAL_ROWS, draft=draft, k=TYPICAL_K,
+                              max_new_tokens=TYPICAL_LENGTH, sampling=sampling, seed=1,
+                              eos_id=None, strategy=strategy, acceptance=rule,
+                              jit_compile=None)  # Eager: 3 tokens, nothing to compile.
+        assert gen.acceptance == rule
+        observed = ref.observed_sequences(gen.tokens, gen.lengths, TYPICAL_LENGTH)
+        results[rule] = (ref.g_test_pvalue(observed, expected),
+                         ref.total_variation(observed, expected), gen.stats)
+    (exact_p, exact_tv, exact_stats), (typical_p, typical_tv, typical_stats) = (
+        results["exact"], results["typical"])
+    assert exact_p > P_MIN, f"exact rule: p = {exact_p:.2e}"
+    assert exact_tv < TYPICAL_TV_BOUND, f"exact rule: TV {exact_tv:.3f} (floor {floor:.3f})"
+    assert typical_p < TYPICAL_P_MAX, f"typical acceptance not detected (p = {typical_p:.2e})"
+    assert typical_tv > TYPICAL_TV_BOUND, f"typical acceptance: TV {typical_tv:.3f}"
+    # What it trades the bias for: more accepted drafts than the exact rule.
+    assert typical_stats.acceptance_rate > exact_stats.acceptance_rate
 
 
 # ------------------------------------------------------------ feature drafts (EAGLE-style)

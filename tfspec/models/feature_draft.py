@@ -37,10 +37,7 @@ draft its own predicted features with exactly the attention pattern a decode rou
 """
 
 import dataclasses
-import hashlib
-import json
-import weakref
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import keras
 import numpy as np
@@ -49,6 +46,8 @@ import tensorflow as tf
 from tfspec import kernels
 from tfspec.models.t5_config import T5Config
 from tfspec.models.t5_layers import RMSNorm, T5Block, attend, normal_initializer
+from tfspec.models.target_binding import (  # pylint: disable=unused-import
+    TargetBoundDraft, draft_vocabulary, kernel_applies, target_fingerprint)
 
 ARCHITECTURE = "T5FeatureDraft"
 
@@ -144,36 +143,6 @@ class FeatureDraftConfig:
         return cls(**{k: v for k, v in values.items() if k in fields})
 
 
-def target_fingerprint(target) -> str:
-    """A short hash of a target's config, embedding and LM head: what a feature draft was
-    trained on (the rest of the target shapes its features too, but two different trained
-    targets never share these)."""
-    digest = hashlib.sha256(json.dumps(target.config.to_dict(), sort_keys=True,
-                                       default=str).encode())
-    for tensor in (target.shared, target.output_projection()):
-        digest.update(np.ascontiguousarray(np.asarray(tensor, np.float32)).tobytes())
-    return digest.hexdigest()[:16]
-
-
-# {target: fingerprint}; weak keys, so a dropped target frees its entry.
-_FINGERPRINTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _cached_fingerprint(target) -> str:
-    value = _FINGERPRINTS.get(target)
-    if value is None:
-        value = _FINGERPRINTS[target] = target_fingerprint(target)
-    return value
-
-
-class _Binding:
-    """Holds the bound target outside Keras' attribute tracking (a tracked attribute would
-    make the target's weights the draft's: trained, saved and counted twice)."""
-
-    def __init__(self, target):
-        self.target = target
-
-
 class FeatureDraftContext(NamedTuple):
     """What `prepare_with_target` computes once per request (captured by the loop).
 
@@ -214,7 +183,7 @@ class FeatureDraftCache(NamedTuple):
     values: tf.Tensor
 
 
-class FeatureDraft(keras.Model):
+class FeatureDraft(TargetBoundDraft, keras.Model):
     """An EAGLE-style feature draft for a T5 target (see the module docstring).
 
     The `FeatureDraft` extension of the `DecodeModel` protocol (`tfspec/models/protocol.py`):
@@ -227,14 +196,16 @@ class FeatureDraft(keras.Model):
       initialize: "random" or "zeros" (a checkpoint overwrites every weight).
     """
 
-    uses_target_features = True
+    KIND = "feature draft"
+    RECIPE = ("python -m recipes.tiny_code.train --stage feature_draft, see "
+              "configs/zoo_tiny_code_eagle.py")
 
     def __init__(self, config: FeatureDraftConfig, seed: int = 0, *,
                  initialize: str = "random", name: str = "feature_draft"):
         super().__init__(name=name, dtype="float32")
         self._config = config
         self.seed = seed
-        self._binding: Optional[_Binding] = None
+        self._binding = None
         self._alone: Optional["FeatureDraftAlone"] = None
         self.tokenizer_path: Optional[str] = None
         rng = np.random.default_rng(seed) if initialize == "random" else None
@@ -263,40 +234,6 @@ class FeatureDraft(keras.Model):
             trainable=False,
             initializer=keras.initializers.Constant(np.arange(config.draft_vocab_size)))
 
-    # ------------------------------------------------------------------ protocol properties
-
-    @property
-    def config(self) -> FeatureDraftConfig:
-        return self._config
-
-    @property
-    def vocab_size(self) -> int:
-        return self._config.vocab_size
-
-    @property
-    def eos_id(self) -> Optional[int]:
-        return self._config.eos_token_id
-
-    @property
-    def pad_id(self) -> int:
-        return self._config.pad_token_id
-
-    @property
-    def decoder_start_id(self) -> int:
-        return self._config.decoder_start_token_id
-
-    @property
-    def max_prompt_length(self) -> Optional[int]:
-        return None
-
-    @property
-    def feature_layers(self) -> Tuple[int, ...]:
-        return self._config.feature_layers
-
-    @property
-    def full_vocabulary(self) -> bool:
-        return self._config.draft_vocab_size == self._config.vocab_size
-
     # ---------------------------------------------------------------------------- binding
 
     def alone(self) -> "FeatureDraftAlone":
@@ -306,57 +243,7 @@ class FeatureDraft(keras.Model):
             self._alone = FeatureDraftAlone(self)
         return self._alone
 
-    @property
-    def target(self):
-        """The bound target, or None."""
-        return None if self._binding is None else self._binding.target
-
-    def check_target(self, target) -> None:
-        """Raises ValueError (one line) unless this draft can draft for `target`."""
-        c, t = self._config, getattr(target, "config", None)
-        what = c.target_name or "the target it was trained for"
-        if not isinstance(t, T5Config) or not hasattr(target, "decode_with_features"):
-            raise ValueError(f"a feature draft needs a T5 target that hands over its features; "
-                             f"got {type(target).__name__}")
-        if (t.vocab_size, t.d_model) != (c.vocab_size, c.d_model):
-            raise ValueError(f"this feature draft is for targets with vocab_size "
-                             f"{c.vocab_size} and d_model {c.d_model} ({what}); the target "
-                             f"has {t.vocab_size} and {t.d_model}")
-        if any(layer >= t.num_decoder_layers for layer in c.feature_layers):
-            raise ValueError(f"this feature draft reads target decoder layers "
-                             f"{list(c.feature_layers)}; the target has "
-                             f"{t.num_decoder_layers}")
-        if c.target_fingerprint and _cached_fingerprint(target) != c.target_fingerprint:
-            raise ValueError(f"this feature draft was trained for {what} (fingerprint "
-                             f"{c.target_fingerprint}); the target given is a different model "
-                             f"({_cached_fingerprint(target)}): pass that target, or train a "
-                             f"draft for this one (python -m recipes.tiny_code.train --stage "
-                             f"feature_draft, see configs/zoo_tiny_code_eagle.py)")
-
-    def bind(self, target) -> "FeatureDraft":
-        """Binds the draft to `target` (checked by `check_target`); returns self.
-
-        `tfspec.generate` binds a feature draft to the target it is given; rebinding to a
-        different target drops the panels made for the old one.
-        """
-        if self.target is target:
-            return self
-        self.check_target(target)
-        self._binding = _Binding(target)
-        kernels.drop_panel_cache(self)
-        return self
-
-    def _bound(self):
-        if self._binding is None:
-            raise ValueError("this feature draft is not bound to a target: call "
-                             "draft.bind(target) (tfspec.generate does it)")
-        return self._binding.target
-
     # ------------------------------------------------------------------------ the layer
-
-    def _embed(self, ids: tf.Tensor) -> tf.Tensor:
-        """int32 [B, T] -> float32 [B, T, D]: the target's embedding."""
-        return tf.cast(tf.stop_gradient(tf.gather(self._bound().shared, ids)), tf.float32)
 
     def input_features(self, target_features: tf.Tensor) -> tf.Tensor:
         """The target's features float32 [B, T, F] -> the draft's input space [B, T, D]
@@ -437,26 +324,6 @@ class FeatureDraft(keras.Model):
             return kernels.matmul(states, lm_head_panels, self._config.draft_vocab_size)
         return tf.einsum("bwd,dn->bwn", states, lm_head)
 
-    def scatter_logits(self, subset_logits: tf.Tensor) -> tf.Tensor:
-        """float32 [B, W, N] -> [B, W, V] with -inf outside the draft vocabulary."""
-        if self.full_vocabulary:
-            return subset_logits
-        shape = tf.shape(subset_logits)
-        padded = tf.concat([subset_logits,
-                            tf.fill(tf.concat([shape[:2], [1]], 0), -float("inf"))], -1)
-        # inverse[v] = v's index in the draft vocabulary, N (the -inf column) if absent.
-        inverse = tf.tensor_scatter_nd_update(
-            tf.fill([self._config.vocab_size], self._config.draft_vocab_size),
-            tf.convert_to_tensor(self.draft_vocab)[:, None],
-            tf.range(self._config.draft_vocab_size))
-        return tf.gather(padded, inverse, axis=-1)
-
-    def lm_head_subset(self, lm_head: tf.Tensor) -> tf.Tensor:
-        """The target's LM head float32 [D, V] -> its draft-vocabulary columns [D, N]."""
-        if self.full_vocabulary:
-            return lm_head
-        return tf.gather(lm_head, self.draft_vocab, axis=1)
-
     # ------------------------------------------------------------------------ decoding
 
     def prepare(self, prompt_ids, prompt_lengths, max_length):
@@ -530,7 +397,7 @@ class FeatureDraft(keras.Model):
             tf.broadcast_to(positions[:, None, :], grid)], axis=-1)
         bias, mask = self._bias(positions, key_length)
         panels = (context.panels if context.panels is not None
-                  and _kernel_applies(ids) else None)
+                  and kernel_applies(ids) else None)
         written = {}
 
         def self_attend(query, keys, values):
@@ -574,7 +441,7 @@ class FeatureDraft(keras.Model):
         return True
 
     def _make_panel_cache(self) -> "kernels.PanelCache":
-        block, target = self.block, self._bound()
+        block = self.block
         attention, ffn = block.self_attention, block.ffn
         sources, variables = [], []
 
@@ -595,9 +462,8 @@ class FeatureDraft(keras.Model):
             add(lambda: tf.zeros([16, 16]), self.fuse)
         add(ffn.input_kernel, *((ffn.wi_0, ffn.wi_1) if ffn.gated else (ffn.wi,)))
         add(lambda: tf.convert_to_tensor(ffn.wo), ffn.wo)
-        head_variable = target.shared if target.lm_head is None else target.lm_head
-        add(lambda: self.lm_head_subset(target.output_projection()), head_variable,
-            self.draft_vocab)
+        head_fn, head_variables = self.target_lm_head_panel_source()
+        add(head_fn, *head_variables)
         return kernels.PanelCache(sources, variables)
 
     # -------------------------------------------------------------------------- training
@@ -709,19 +575,3 @@ class FeatureDraftAlone:
         logits, predicted, draft_cache = self.draft.decode(context, draft_cache, ids,
                                                            positions, features[:, None])
         return logits, (draft_cache, predicted[:, 0])
-
-
-def _kernel_applies(ids: tf.Tensor) -> bool:
-    """Whether a [B, W] window's products go through `kernels.matmul` (as in `t5.py`)."""
-    batch, width = ids.shape[0], ids.shape[1]
-    return (batch is not None and width is not None and batch * width <= kernels.MAX_ROWS
-            and kernels.enabled())
-
-
-def draft_vocabulary(token_counts: np.ndarray, size: int,
-                     always: Sequence[int] = ()) -> np.ndarray:
-    """The `size` most frequent token ids (ties: lower id), always including `always`
-    (e.g. EOS), sorted: int32 [size]."""
-    order = np.lexsort((np.arange(len(token_counts)), -np.asarray(token_counts)))
-    chosen = list(dict.fromkeys([int(i) for i in always] + [int(i) for i in order]))[:size]
-    return np.sort(np.asarray(chosen, np.int32))

@@ -134,6 +134,9 @@ class T5(keras.Model):
         # save_model copies it next to the weights.
         self.tokenizer_path: Optional[str] = None
         self._max_prompt_length: Optional[int] = None
+        # Draft vocabulary (`set_draft_vocabulary`): None, or int32 [N] sorted token ids
+        # whose logits `decode` returns (a draft's q is 0 outside them).
+        self._draft_vocabulary: Optional[np.ndarray] = None
         rng = np.random.default_rng(seed) if initialize == "random" else None
 
         def init(stddev):
@@ -204,6 +207,59 @@ class T5(keras.Model):
     def model_dtype(self) -> str:
         """"float32" or "bfloat16"."""
         return self._dtype_name
+
+    @property
+    def draft_vocab_ids(self) -> Optional[np.ndarray]:
+        """None, or int32 [N] ascending: the draft vocabulary `decode` returns logits over
+        (the `DraftVocabulary` extension of `tfspec/models/protocol.py`)."""
+        return self._draft_vocabulary
+
+    def set_draft_vocabulary(self, ids) -> "T5":
+        """Restricts this model, as a draft, to a vocabulary of N tokens.
+
+        `decode` then returns logits over `ids` only ([B, W, N]; entry j is token ids[j]),
+        so a draft step's LM head and its argmax or sampling work shrink from V to N
+        columns. The draft's q is 0 outside `ids`: any q keeps speculative decoding exact
+        (the residual max(0, p - q) covers the tokens q misses), so only the acceptance
+        rate can change. On the embedded draft the LM head is most of a step
+        (`bench.loop_profile`). The uncached `forward` is unaffected, and `tfspec.generate`
+        refuses a target with a draft vocabulary.
+
+        Args:
+          ids: int token ids in [0, V), distinct; None restores the full vocabulary. The
+            end-of-sequence and pad ids are always added (a row's filler drafts are EOS).
+
+        Returns:
+          self.
+
+        Raises:
+          ValueError: ids outside [0, V), repeated, or empty.
+        """
+        if ids is None:
+            vocabulary = None
+        else:
+            array = np.asarray(ids)
+            if array.ndim != 1 or array.size == 0 or not np.issubdtype(array.dtype, np.integer):
+                raise ValueError("a draft vocabulary is a non-empty list of integer token ids")
+            if array.min() < 0 or array.max() >= self.vocab_size:
+                raise ValueError(f"draft vocabulary ids must lie in [0, {self.vocab_size})")
+            if np.unique(array).size != array.size:
+                raise ValueError("draft vocabulary ids must be distinct")
+            always = [i for i in (self.eos_id, self.pad_id) if i is not None]
+            vocabulary = np.union1d(array, always).astype(np.int32)
+            if vocabulary.size == self.vocab_size:
+                vocabulary = None
+        self._draft_vocabulary = vocabulary
+        kernels.drop_panel_cache(self)  # Its LM head panel has the old columns.
+        return self
+
+    def decode_projection(self) -> tf.Tensor:
+        """float32 [D, N]: the decode path's LM head, restricted to the draft vocabulary
+        (N = V without one)."""
+        projection = self.output_projection()
+        if self._draft_vocabulary is None:
+            return projection
+        return tf.gather(projection, self._draft_vocabulary, axis=1)
 
     # ------------------------------------------------------------------------------ helpers
 
@@ -397,7 +453,7 @@ class T5(keras.Model):
                             encoder_mask, encoder_states=encoder_states)
         if not for_decode:
             return context
-        context = context._replace(lm_head=self.output_projection())
+        context = context._replace(lm_head=self.decode_projection())
         cache = kernels.existing_panel_cache(self)
         if cache is None or not cache.ready or not kernels.enabled():
             return context
@@ -440,7 +496,7 @@ class T5(keras.Model):
             else:
                 add(ffn.input_kernel, ffn.wi)
             add(lambda f=ffn: tf.convert_to_tensor(f.wo), ffn.wo)
-        add(self.output_projection, self.shared if self.lm_head is None else self.lm_head)
+        add(self.decode_projection, self.shared if self.lm_head is None else self.lm_head)
         return kernels.PanelCache(sources, variables)
 
     def _panels_apply(self) -> bool:
@@ -564,7 +620,8 @@ class T5(keras.Model):
           positions: int32 [B, W], consecutive per row, in [0, max_length); rows may differ.
 
         Returns:
-          (logits float32 [B, W, V], entry w = next-token logits after ids[:, w];
+          (logits float32 [B, W, V] (N columns with a draft vocabulary, see
+          `set_draft_vocabulary`), entry w = next-token logits after ids[:, w];
           the cache with slots `positions` of every row overwritten).
         """
         logits, _, cache = self.decode_with_features(context, cache, ids, positions, ())
@@ -611,20 +668,23 @@ class T5(keras.Model):
 
     def decode_logits(self, context: T5Context, states: tf.Tensor,
                       single: bool = False) -> tf.Tensor:
-        """The decode path's LM head: float32 [B, W, D] final states -> [B, W, V] logits,
-        through the kernel panels where they apply.
+        """The decode path's LM head: float32 [B, W, D] final states -> [B, W, V] logits
+        ([B, W, N] over a draft vocabulary), through the kernel panels where they apply.
 
         Args:
           context: from `prepare`.
           states: float32 [B, W, D].
           single: static, a one-row, one-token call (see below).
         """
+        columns = (self._config.vocab_size if self._draft_vocabulary is None
+                   else self._draft_vocabulary.size)
         if context.lm_head_panels is not None and _kernel_applies(states):
             if self._config.rescales_decoder_output:
                 states = states * (self._config.d_model ** -0.5)
-            return kernels.matmul(states, context.lm_head_panels, self._config.vocab_size)
+            return kernels.matmul(states, context.lm_head_panels, columns)
         lm_head = context.lm_head
-        if self.lm_head is None and self._dtype_name == "float32" and single:
+        if (self.lm_head is None and self._dtype_name == "float32" and single
+                and self._draft_vocabulary is None):
             # A one-row call of a tied float32 model reads `shared` [V, D] directly: a
             # matrix-vector product as fast as with the [D, V] copy (measured), and XLA
             # then drops the per-request transpose when no call of the program uses it

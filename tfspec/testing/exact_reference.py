@@ -172,3 +172,35 @@ def pair_marginal(log_probs: np.ndarray, prompt, position: int, temperature: flo
     for _ in range(position - 1):
         marginal = marginal @ step
     return marginal[:, None] * step
+
+
+def total_variation(observed: list, expected: dict) -> float:
+    """TV distance between the empirical law of `observed` sequences and `expected`.
+
+    0.5 * sum over all sequences of |count / N - P|, sequences of `expected` that were never
+    observed and observed ones `expected` lacks (probability 0) included.
+
+    Example: observed [(0,), (0,), (1,), (1,)] against {(0,): 0.75, (1,): 0.25} -> 0.25.
+    """
+    total = len(observed)
+    counts = {}
+    for seq in observed:
+        counts[seq] = counts.get(seq, 0) + 1
+    cells = set(counts) | set(expected)
+    return 0.5 * float(sum(abs(counts.get(s, 0) / total - expected.get(s, 0.0))
+                           for s in cells))
+
+
+def total_variation_noise(expected: dict, samples: int, draws: int = 20,
+                          seed: int = 0) -> tuple:
+    """The sampling noise floor of `total_variation`: (mean, std) of the TV distance of
+    `samples` i.i.d. draws of `expected` itself, over `draws` independent sets.
+
+    An exact sampler's TV at that sample size sits around the mean; a biased one above.
+    """
+    rng = np.random.RandomState(seed)
+    probs = np.array(list(expected.values()), dtype=np.float64)
+    probs /= probs.sum()
+    distances = [0.5 * float(np.abs(rng.multinomial(samples, probs) / samples - probs).sum())
+                 for _ in range(draws)]
+    return float(np.mean(distances)), float(np.std(distances))

@@ -108,19 +108,38 @@ def _section(config):
     return config[STAGE]
 
 
-def _target(config, workdir: str):
-    section = _section(config)
+def frozen_target(config, workdir: str, section) -> "tfspec.models.T5":
+    """The frozen target a bound draft (feature draft, Medusa heads) trains on: the recipe
+    section's `target_from` spec, else the recipe's trained target stage."""
     target_from = section.get("target_from", "") or ""
     if target_from:
         target = stages.load_spec(target_from)
     elif not trainer_lib.is_done(stages.stage_dir(workdir, stages.TARGET)):
         raise RuntimeError(f"The target stage in {stages.stage_dir(workdir, stages.TARGET)} "
-                           "has not finished; set feature_draft.target_from or run --stage "
-                           "target first.")
+                           "has not finished; set target_from in the recipe's section or "
+                           "run --stage target first.")
     else:
         target = stages.load_trained(config, workdir, stages.TARGET, config.export.weights)
     target.trainable = False
     return target
+
+
+def _target(config, workdir: str):
+    return frozen_target(config, workdir, _section(config))
+
+
+def assign_draft_vocabulary(draft, examples) -> None:
+    """Sets a bound draft's reduced vocabulary to the most frequent tokens of `examples`'
+    target sequences (EOS always in); nothing for a full vocabulary."""
+    if draft.full_vocabulary:
+        return
+    counts = np.zeros([draft.vocab_size], np.int64)
+    for e in examples:
+        np.add.at(counts, e.target_ids, 1)
+    vocab = feature_draft_lib.draft_vocabulary(
+        counts, draft.config.draft_vocab_size,
+        always=[i for i in (draft.eos_id,) if i is not None])
+    draft.draft_vocab.assign(vocab)
 
 
 def draft_config(config, target, vocabulary_counts: Optional[np.ndarray] = None
@@ -142,14 +161,7 @@ def build_draft(config, target, examples) -> feature_draft_lib.FeatureDraft:
     draft = feature_draft_lib.FeatureDraft(draft_config(config, target),
                                            seed=int(config.seeds.get(STAGE, 3)))
     draft.bind(target)
-    if not draft.full_vocabulary:
-        counts = np.zeros([target.vocab_size], np.int64)
-        for e in examples:
-            np.add.at(counts, e.target_ids, 1)
-        vocab = feature_draft_lib.draft_vocabulary(
-            counts, draft.config.draft_vocab_size,
-            always=[i for i in (target.eos_id,) if i is not None])
-        draft.draft_vocab.assign(vocab)
+    assign_draft_vocabulary(draft, examples)
     return draft
 
 
@@ -193,19 +205,25 @@ def train_feature_draft(config, workdir: str, data, max_steps: Optional[int] = N
     return trainer.run()
 
 
-def load_trained_feature_draft(config, workdir: str, target,
-                               weights: str = "best") -> feature_draft_lib.FeatureDraft:
-    """The trained feature draft of `workdir`, bound to `target`."""
-    draft = feature_draft_lib.FeatureDraft(draft_config(config, target),
-                                           initialize="zeros")
-    draft.bind(target)
-    directory = stages.stage_dir(workdir, STAGE)
+def restore_trained(draft, workdir: str, stage: str, weights: str = "best"):
+    """Restores stage `stage`'s trained weights of WORKDIR into `draft` ("best": the best
+    validation checkpoint if there is one, else the last); returns `draft`."""
+    directory = stages.stage_dir(workdir, stage)
     best = os.path.join(directory, trainer_lib.BEST_DIR)
     if weights == "best" and os.path.exists(os.path.join(best, "checkpoint")):
         trainer_lib.restore_weights(draft, best)
     else:
         trainer_lib.restore_weights(draft, os.path.join(directory, trainer_lib.CHECKPOINT_DIR))
     return draft
+
+
+def load_trained_feature_draft(config, workdir: str, target,
+                               weights: str = "best") -> feature_draft_lib.FeatureDraft:
+    """The trained feature draft of `workdir`, bound to `target`."""
+    draft = feature_draft_lib.FeatureDraft(draft_config(config, target),
+                                           initialize="zeros")
+    draft.bind(target)
+    return restore_trained(draft, workdir, STAGE, weights)
 
 
 _MB = 1024 * 1024
@@ -226,32 +244,50 @@ def export_feature_draft(config, workdir: str, zoo_dir: Optional[str], data,
       RuntimeError: the feature-draft stage has not finished.
       ValueError: the exported weights exceed `export.feature_draft_max_mb`.
     """
+    del measure_speed
+    target = _target(config, workdir)
+    return export_bound_draft(
+        config, workdir, zoo_dir, data, stage=STAGE, export_stage=EXPORT_STAGE,
+        name=config.export.feature_draft_name, max_mb=config.export.feature_draft_max_mb,
+        target=target,
+        load_fn=lambda: load_trained_feature_draft(config, workdir, target,
+                                                   config.export.weights),
+        objective=FeatureDraftObjective(target, depth=int(_section(config).get("depth", 1))),
+        card_fn=_model_card)
+
+
+def export_bound_draft(config, workdir: str, zoo_dir: Optional[str], data, *, stage: str,
+                       export_stage: str, name: str, max_mb: float, target, load_fn,
+                       objective, card_fn) -> Dict[str, Any]:
+    """Exports a trained bound draft (feature draft, Medusa heads) of stage `stage` to
+    ZOO_DIR/`name`: saves it (the target's weights not included), checks its size, reloads
+    it with `tfspec.load_model` and binds it to `target` (what ships is what is measured),
+    evaluates `objective` on the validation split, measures acceptance on held-out prompts
+    at T = 0 and 1 beside the section's `compare_draft`, and writes `card_fn(config,
+    metrics, stage_info)` as its MODEL_CARD.md and WORKDIR/`export_stage`/metrics.json."""
     from tfspec import checkpoints  # Local: the checkpoint formats load only here.
     from tfspec.training import export as export_lib
 
-    directory = stages.stage_dir(workdir, STAGE)
+    directory = stages.stage_dir(workdir, stage)
     if not trainer_lib.is_done(directory):
-        raise RuntimeError(f"The feature_draft stage in {directory} has not finished; run "
-                           "--stage feature_draft first.")
+        raise RuntimeError(f"The {stage} stage in {directory} has not finished; run "
+                           f"--stage {stage} first.")
     export = config.export
-    target = _target(config, workdir)
-    trained = load_trained_feature_draft(config, workdir, target, export.weights)
-    name = export.feature_draft_name
+    trained = load_fn()
     out_dir = os.path.join(os.fspath(zoo_dir or checkpoints.ZOO_DIR), name)
     os.makedirs(out_dir, exist_ok=True)
     checkpoints.save_model(trained, out_dir, dtype=export.dtype)
     size_mb = os.path.getsize(os.path.join(out_dir, checkpoints.WEIGHTS_FILE)) / _MB
-    if size_mb > export.feature_draft_max_mb:
-        raise ValueError(f"The exported feature draft is {size_mb:.1f} MB, more than "
-                         f"export.feature_draft_max_mb = {export.feature_draft_max_mb}.")
+    if size_mb > max_mb:
+        raise ValueError(f"The exported {stage} is {size_mb:.1f} MB, more than the recipe's "
+                         f"limit of {max_mb} MB.")
     draft = checkpoints.load_model(out_dir).bind(target)
-
-    objective = FeatureDraftObjective(target, depth=int(_section(config).get("depth", 1)))
     validation = trainer_lib.evaluate(tf.function(lambda batch: objective(draft, batch)),
                                       stages.batches(config, data.validation, False, 0))
     prompts = export_lib.heldout_prompts(data, export.num_prompts)
     drafts = {name: draft}
-    compare = _section(config).get("compare_draft", "") or ""
+    section = config[stage]
+    compare = section.get("compare_draft", "") or ""
     if compare:  # The T5 draft of the same target, measured on the same prompts.
         drafts[compare] = checkpoints.load_model(compare)
     acceptance = {
@@ -263,13 +299,13 @@ def export_feature_draft(config, workdir: str, zoo_dir: Optional[str], data,
     done = trainer_lib.read_done(directory)
     with open(os.path.join(directory, "stage.json"), encoding="utf-8") as f:
         info = json.load(f)
-    metrics = {"name": name, "target": _section(config).get("target_from", ""),
+    metrics = {"name": name, "target": section.get("target_from", ""),
                "size_mb": size_mb, "parameters": info["parameters"],
                "validation": validation, "acceptance": acceptance, "training": done,
                "sampled_examples": info.get("sampled_examples", 0)}
     with open(os.path.join(out_dir, "MODEL_CARD.md"), "w", encoding="utf-8") as f:
-        f.write(_model_card(config, metrics, info))
-    stage_out = stages.stage_dir(workdir, EXPORT_STAGE)
+        f.write(card_fn(config, metrics, info))
+    stage_out = stages.stage_dir(workdir, export_stage)
     os.makedirs(stage_out, exist_ok=True)
     with open(os.path.join(stage_out, "metrics.json"), "w", encoding="utf-8") as f:
         json.dump(metrics, f, indent=2, default=str)
