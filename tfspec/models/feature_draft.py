@@ -197,6 +197,13 @@ class FeatureDraft(TargetBoundDraft, keras.Model):
     """
 
     KIND = "feature draft"
+
+    @property
+    def draft_vocab_ids(self):
+        """None (all V), or int32 [N] ascending: the draft vocabulary `decode` returns
+        logits over (the `DraftVocabulary` extension of `tfspec/models/protocol.py`), so
+        that a draft step's argmax, transform and sampling are N wide, not V wide."""
+        return None if self.full_vocabulary else self.draft_vocab
     RECIPE = ("python -m recipes.tiny_code.train --stage feature_draft, see "
               "configs/zoo_tiny_code_eagle.py")
 
@@ -380,8 +387,8 @@ class FeatureDraft(TargetBoundDraft, keras.Model):
             own prediction).
 
         Returns:
-          (logits float32 [B, W, V] of the token after ids[:, w] (-inf outside the draft
-          vocabulary), predicted features float32 [B, W, D] at `positions`, the cache with
+          (logits float32 [B, W, N] of the token after ids[:, w] over the draft vocabulary
+          (`draft_vocab_ids`; N = V and all tokens without a reduced one), predicted features float32 [B, W, D] at `positions`, the cache with
           slots `positions` overwritten).
         """
         ids = tf.convert_to_tensor(ids, tf.int32)
@@ -410,7 +417,7 @@ class FeatureDraft(TargetBoundDraft, keras.Model):
                                   context.cross_values, context.encoder_mask, panels)
         logits = self.draft_logits_subset(states, context.lm_head,
                                           None if panels is None else panels.lm_head)
-        return self.scatter_logits(logits), states, written["cache"]
+        return logits, states, written["cache"]
 
     # ------------------------------------------------------------------------ checkpoint
 
@@ -574,4 +581,6 @@ class FeatureDraftAlone:
             raise ValueError("a feature draft decodes alone one token at a time")
         logits, predicted, draft_cache = self.draft.decode(context, draft_cache, ids,
                                                            positions, features[:, None])
-        return logits, (draft_cache, predicted[:, 0])
+        # Decoded as a target (k = 0), so its logits cover all V (-inf outside the draft
+        # vocabulary).
+        return self.draft.scatter_logits(logits), (draft_cache, predicted[:, 0])
