@@ -228,7 +228,7 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
     def choose(logits, i):
         """logits [batch, V or N] -> (token [batch], probs [batch, V] or None, confidence)."""
         if greedy:  # The one-hot distribution is implied by the argmax; skip V-wide work.
-            token = token_of(tf.argmax(logits, axis=-1, output_type=tf.int32))
+            token = token_of(sampling_lib.argmax(logits))
             if not stops_when_unsure:
                 return token, None, None
             # The draft's own probability of its argmax: exp(max - logsumexp).
@@ -308,7 +308,7 @@ def _parallel_draft_block(draft, draft_context, draft_cache, last_ids, done, hor
     logits = draft.propose(draft_context, last_ids, features, k)              # [batch, k, V]
     batch = tf.shape(last_ids)[0]
     if config.sampling.greedy:
-        draft_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)          # [batch, k]
+        draft_ids = sampling_lib.argmax(logits)                              # [batch, k]
         draft_probs = None
         if stops_when_unsure:
             confidence = tf.exp(tf.reduce_max(logits, axis=-1)
@@ -442,7 +442,7 @@ def _judge(target_logits, draft_ids, draft_probs, keys, round_idx, config: LoopC
     if config.sampling.greedy:
         # Greedy is the general rule on one-hot distributions; working on argmax ids avoids
         # V-wide softmax/cumsum passes, which dominate the rounds of small models.
-        target_ids = tf.argmax(target_logits, axis=-1, output_type=tf.int32)  # [batch, k+1]
+        target_ids = sampling_lib.argmax(target_logits)                      # [batch, k+1]
         if k == 0:
             return tf.zeros_like(target_ids[:, 0]), target_ids[:, 0], None
         result = acceptance_lib.accept_greedy(target_ids, draft_ids)

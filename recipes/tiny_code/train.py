@@ -10,8 +10,9 @@ literal, else a string). Stages: `target` (train the target), `draft` (distill t
 the finished target), `export` (write the pair to the zoo with model cards and measured
 acceptance), `all` (those three in order, skipping finished ones); `feature_draft` and
 `feature_draft_export` train and export an EAGLE-style feature draft for a frozen target
-(configs/zoo_tiny_code_eagle.py), `medusa` and `medusa_export` Medusa heads
-(configs/zoo_tiny_code_medusa.py). Every stage resumes from
+(configs/zoo_tiny_code_eagle.py), `medusa` and `medusa_export` Medusa heads for a frozen
+target (a config with a `medusa` section; see `tfspec/training/medusa.py`; no shipped heads
+yet). Every stage resumes from
 its last checkpoint, so after an interruption re-run the same command.
 """
 

@@ -62,7 +62,7 @@ def test_draft_vocabulary_travels_with_the_model(tmp_path):
     model = T5(CONFIGS["v1_1"], seed=7).set_draft_vocabulary([9, 4, 30])
     directory = save_model(model, tmp_path / "ckpt")
     loaded = load_model(directory)
-    np.testing.assert_array_equal(loaded.draft_vocab_ids, [0, 1, 4, 9, 30])
+    np.testing.assert_array_equal(loaded.draft_vocab_ids, [1, 4, 9, 30])
     np.testing.assert_array_equal(_logits(loaded), _logits(model))  # forward: all of V
     save_model(loaded.set_draft_vocabulary(None), directory)  # Saved again without one.
     assert not os.path.exists(os.path.join(directory, checkpoints.DRAFT_VOCABULARY_FILE))

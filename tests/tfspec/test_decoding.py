@@ -7,8 +7,11 @@ import math
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tfspec
+from tfspec import decoding
+from tfspec import sampling as sampling_lib
 from tfspec.models.ngram import NGram
 from tfspec.models.prompt_lookup import PromptLookup
 from tfspec.testing import exact_reference as ref
@@ -193,3 +196,22 @@ def test_acceptance_rate_estimates_beta(k, strategy):
     assert abs(s.accepted.sum() / judged - s.beta_mean) < 0.02
     if k == 1:
         assert abs(s.acceptance_rate - s.beta_mean) < 0.02
+
+
+@pytest.mark.parametrize("sampling", [tfspec.Sampling(1.0), tfspec.Sampling(0.7, top_k=3),
+                                      tfspec.Sampling(0.8, top_p=0.6)],
+                         ids=["t1", "topk", "topp"])
+def test_draft_vocabulary_q_is_the_transform_of_minus_inf_filled_logits(sampling):
+    """What the loop hands the rule for a draft vocabulary (transform over N columns, then
+    laid out over V) equals the transform of V-wide logits that are -inf outside it."""
+    vocab_ids = tf.constant([1, 4, 5, 9], tf.int32)
+    subset_logits = tf.constant(np.random.RandomState(0).normal(size=(3, 4)), tf.float32)
+    full_logits = tf.tensor_scatter_nd_update(
+        tf.fill([3, 12], -np.inf), tf.stack([tf.repeat(tf.range(3), 4),
+                                            tf.tile(vocab_ids, [3])], axis=1),
+        tf.reshape(subset_logits, [-1]))
+    got = decoding._to_full_vocabulary(                            # pylint: disable=protected-access
+        sampling_lib.logits_to_probs(subset_logits, sampling), vocab_ids, 12)
+    want = sampling_lib.logits_to_probs(full_logits, sampling)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
+    assert np.all(got.numpy()[:, [0, 2, 3, 6, 7, 8, 10, 11]] == 0)

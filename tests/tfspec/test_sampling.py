@@ -109,3 +109,18 @@ def test_nucleus_cutoff_keeps_the_argmax_even_for_tiny_top_p():
     probs = tf.constant([[0.1, 0.7, 0.2], [1 / 3, 1 / 3, 1 / 3]])
     cutoff = sampling.nucleus_cutoff(probs, 1e-6).numpy()
     np.testing.assert_allclose(cutoff[:, 0], [0.7, 1 / 3], rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [[3, 8192], [2, 5, 1024], [4, 100], [1, 2049], [7]])
+@pytest.mark.parametrize("jit_compile", [True, False], ids=["xla", "graph"])
+def test_argmax_is_the_first_maximum(shape, jit_compile):
+    """Blocked two-level argmax: the first maximum, ties included (rounded values tie often;
+    one row's maximum is planted in two blocks)."""
+    rng = np.random.RandomState(sum(shape))
+    logits = np.round(rng.normal(size=shape) * 3).astype(np.float32)
+    flat = logits.reshape(-1, shape[-1])
+    if shape[-1] >= 1024:
+        flat[0, [shape[-1] - 1, 700]] = flat[0].max() + 1  # Later block first in the row.
+    logits = flat.reshape(shape)
+    got = tf.function(sampling.argmax, jit_compile=jit_compile)(tf.constant(logits))
+    np.testing.assert_array_equal(got.numpy(), np.argmax(logits, axis=-1))

@@ -181,7 +181,7 @@ def test_greedy_draft_vocabulary(models, k, drop_one, strategy):
 def test_draft_vocabulary_is_refused_for_a_target_and_validated(models):
     target = T5(_config(1), seed=3)
     target.set_draft_vocabulary([5, 7])
-    np.testing.assert_array_equal(target.draft_vocab_ids, [0, 1, 5, 7])  # + pad and EOS
+    np.testing.assert_array_equal(target.draft_vocab_ids, [1, 5, 7])  # + EOS
     with pytest.raises(ValueError, match="the target has a draft vocabulary"):
         tfspec.generate(target, PROMPTS, max_new_tokens=2)
     assert target.set_draft_vocabulary(None).draft_vocab_ids is None

@@ -201,11 +201,11 @@ def test_auto_draft_length_matches_uncached_target_distribution(models, tables, 
 
 @pytest.fixture(scope="module")
 def reduced_draft(strategy):
-    """The draft of `models` (same weights) restricted to the draft vocabulary {0, 1, 3}: q
-    is 0 on tokens 2 and 4, which the target gives real mass."""
+    """The draft of `models` (same weights) restricted to the draft vocabulary {1, 2, 3}
+    (EOS 1 is always added): q is 0 on tokens 0 and 4, which the target gives real mass."""
     with strategy.scope():
         _, draft = tiny_t5.enumerable_pair()
-    return draft.set_draft_vocabulary([3])
+    return draft.set_draft_vocabulary([2, 3])  # + EOS 1
 
 
 @pytest.mark.parametrize("sampling_name, k, batch, calls",
@@ -224,9 +224,11 @@ def test_draft_vocabulary_matches_uncached_target_distribution(models, tables, r
     pvalue = _pvalue(tokens, lengths, tables[0], sampling)
     assert pvalue > P_MIN, f"p = {pvalue:.2e}"
     pooled = tfspec.DecodeStats.concatenate(stats)
-    assert 0.1 < pooled.acceptance_rate < 0.9, pooled.acceptance_rate
+    # q misses two of the five tokens (at T = 0.8 with top-p it is peaked on what is left),
+    # so acceptance is low; it must still happen.
+    assert 0.01 < pooled.acceptance_rate < 0.9, pooled.acceptance_rate
     emitted = set(tokens[:, :LENGTH].reshape(-1).tolist())
-    assert {2, 4} <= emitted  # Tokens outside the draft vocabulary still come out.
+    assert {0, 4} <= emitted  # Tokens outside the draft vocabulary still come out.
 
 
 def test_power_draft_vocabulary_with_a_wrong_rule_is_rejected(models, tables, reduced_draft,

@@ -161,7 +161,8 @@ class MedusaHeads(TargetBoundDraft, keras.Model):
 
     drafts_in_parallel = True
     KIND = "Medusa draft"
-    RECIPE = "python -m recipes.tiny_code.train --stage medusa, see configs/zoo_tiny_code_medusa.py"
+    RECIPE = ("python -m recipes.tiny_code.train --stage medusa with a config that has a "
+              "medusa section, see tfspec/training/medusa.py")
 
     def __init__(self, config: MedusaConfig, seed: int = 0, *, initialize: str = "random",
                  name: str = "medusa_heads"):

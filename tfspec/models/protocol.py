@@ -154,3 +154,28 @@ class FeatureDraft(DecodeModel, Protocol):
 
     def input_features(self, target_features: tf.Tensor) -> tf.Tensor:
         """float32 [B, W, F] target features -> [B, W, D] draft input features."""
+
+
+class DraftVocabulary(Protocol):
+    """A draft whose `decode` scores only a draft vocabulary of N < V tokens.
+
+    `draft_vocab_ids`: int32 [N] ascending token ids (None: the whole vocabulary, plain
+    `decode`). With them, a draft's `decode` returns logits float32 [batch, window, N],
+    column j scoring token draft_vocab_ids[j]. The loop (`decoding._draft_block`) then takes
+    the argmax, applies the sampling transform and draws in those N columns, maps the drawn
+    index to its token id, and lays the draft's probabilities out over V (0 outside the
+    vocabulary) for the rule. `T5.set_draft_vocabulary` and `FeatureDraft` implement it.
+
+    Worked example, V = 6, draft_vocab_ids = [1, 3, 4], one row, temperature 1:
+
+        decode       logits [[0.2, 1.5, -0.3]]          over tokens 1, 3, 4
+        transform    q_sub  [[0.20, 0.72, 0.08]]        softmax over N = 3 columns only
+        draw         index 1 (uniform 0.5)   -> d = draft_vocab_ids[1] = 3
+        for the rule q = [0, 0.20, 0, 0.72, 0.08, 0]    (a gather through the inverse map)
+
+    Exactness is untouched: the rule is exact for any q drawn from with the draft's own
+    uniforms; tokens 0, 2 and 5 still come out through the residual max(0, p - q). Only the
+    acceptance rate can fall, by at most the target's mass outside the vocabulary.
+    """
+
+    draft_vocab_ids: Optional[Any]

@@ -227,7 +227,8 @@ class T5(keras.Model):
 
         Args:
           ids: int token ids in [0, V), distinct; None restores the full vocabulary. The
-            end-of-sequence and pad ids are always added (a row's filler drafts are EOS).
+            end-of-sequence id is always added (a draft vocabulary that could not end a
+            sequence would make every final round a rejection).
 
         Returns:
           self.
@@ -245,7 +246,7 @@ class T5(keras.Model):
                 raise ValueError(f"draft vocabulary ids must lie in [0, {self.vocab_size})")
             if np.unique(array).size != array.size:
                 raise ValueError("draft vocabulary ids must be distinct")
-            always = [i for i in (self.eos_id, self.pad_id) if i is not None]
+            always = [] if self.eos_id is None else [self.eos_id]
             vocabulary = np.union1d(array, always).astype(np.int32)
             if vocabulary.size == self.vocab_size:
                 vocabulary = None

@@ -259,10 +259,8 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         "## Reproduce",
         "",
         "```",
-        "python -m recipes.tiny_code.train --config configs/zoo_tiny_code_medusa.py "
-        "--stage medusa",
-        "python -m recipes.tiny_code.train --config configs/zoo_tiny_code_medusa.py "
-        "--stage medusa_export",
+        "python -m recipes.tiny_code.train --config CONFIG --stage medusa",
+        "python -m recipes.tiny_code.train --config CONFIG --stage medusa_export",
         "```",
         "",
     ]
