@@ -49,12 +49,16 @@ def checksum(nest) -> tf.Tensor:
     return tf.add_n(parts) if parts else tf.constant(0.0)
 
 
-def _choose(logits: tf.Tensor, uniforms: tf.Tensor, sampling: sampling_lib.Sampling):
-    """The draft block's token choice: logits [B, V], uniforms [B] -> int32 [B]."""
+def _choose(logits: tf.Tensor, uniforms: tf.Tensor, sampling: sampling_lib.Sampling,
+            vocab_ids: Optional[tf.Tensor] = None):
+    """The draft block's token choice: logits [B, V] (or [B, N] over a draft vocabulary
+    `vocab_ids` int32 [N]), uniforms [B] -> int32 [B] token ids."""
     if sampling.greedy:
-        return tf.argmax(logits, axis=-1, output_type=tf.int32)
-    probs = sampling_lib.logits_to_probs(logits, sampling)
-    return sampling_lib.sample_categorical(probs, uniforms)
+        index = sampling_lib.argmax(logits)
+    else:
+        index = sampling_lib.sample_categorical(
+            sampling_lib.logits_to_probs(logits, sampling), uniforms)
+    return index if vocab_ids is None else tf.gather(vocab_ids, index)
 
 
 def _cycling_uniforms(uniforms: tf.Tensor, i: tf.Tensor) -> tf.Tensor:
@@ -77,7 +81,8 @@ def _draft_step_loop(draft, sampling: sampling_lib.Sampling, max_new_tokens: int
             positions = tf.fill(tf.shape(token[:, None]), i % max_new_tokens)
             logits, cache = draft.decode(context, cache, token[:, None], positions)
             # The token is fed back: every step depends on the previous one, as in the loop.
-            return i + 1, _choose(logits[:, 0], _cycling_uniforms(uniforms, i), sampling), cache
+            return i + 1, _choose(logits[:, 0], _cycling_uniforms(uniforms, i), sampling,
+                                  decoding.draft_vocabulary(draft)), cache
         _, token, _ = tf.while_loop(lambda i, *_: i < iterations, body,
                                     (tf.constant(0), start_ids, cache))
         return tf.reduce_sum(tf.cast(token, tf.float32))
@@ -258,7 +263,8 @@ def round_inputs(target, draft, target_context, target_cache, draft_context, dra
     """Real logits of one first round: k draft steps from the start token, then one verify.
 
     Returns:
-      (draft_logits0 float32 [B, V] (the first draft step's), draft_ids int32 [B, k],
+      (draft_logits0 float32 [B, V] (the first draft step's; [B, N] over a draft
+      vocabulary), draft_ids int32 [B, k],
       draft_probs float32 [B, k, V] (one-hot when greedy), target_logits float32
       [B, k + 1, V]).
     """
@@ -272,7 +278,11 @@ def round_inputs(target, draft, target_context, target_cache, draft_context, dra
         row = tf.cast(logits[:, 0], tf.float32)
         first = row if first is None else first
         step_probs = sampling_lib.logits_to_probs(row, sampling)
-        token = _choose(row, tf.constant(uniforms[i]), sampling)
+        vocab_ids = decoding.draft_vocabulary(draft)
+        if vocab_ids is not None:  # q laid out over V, as the loop hands it to the rule.
+            step_probs = decoding.to_full_vocabulary(step_probs, vocab_ids,
+                                                     draft.vocab_size)
+        token = _choose(row, tf.constant(uniforms[i]), sampling, vocab_ids)
         ids.append(token)
         probs.append(step_probs)
     draft_ids = tf.stack(ids, axis=1)

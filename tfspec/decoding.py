@@ -132,7 +132,7 @@ def draft_vocabulary(draft) -> Optional[tf.Tensor]:
     return None if ids is None else tf.convert_to_tensor(ids, tf.int32)
 
 
-def _to_full_vocabulary(subset_probs: tf.Tensor, vocab_ids: tf.Tensor,
+def to_full_vocabulary(subset_probs: tf.Tensor, vocab_ids: tf.Tensor,
                         vocab_size: int) -> tf.Tensor:
     """float32 [batch, N] probabilities over the draft vocabulary -> [batch, V], 0 elsewhere.
 
@@ -240,7 +240,7 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
         confidence = (tf.gather(probs, index, axis=1, batch_dims=1) if stops_when_unsure
                       else None)
         if vocab_ids is not None:
-            probs = _to_full_vocabulary(probs, vocab_ids, vocab_size)
+            probs = to_full_vocabulary(probs, vocab_ids, vocab_size)
         return token_of(index), probs, confidence
 
     # Step-major buffers [k, batch(, V)]: step i writes row i in place (a one-index scatter
@@ -431,14 +431,29 @@ def _verify(target, target_context, target_cache, window_ids, positions, draft_i
         target_logits, target_cache = target.decode(target_context, target_cache, window_ids,
                                                     positions)
     result = _judge(target_logits, draft_ids, draft_probs, keys, round_idx, config,
-                    accept_fn, drafted)
+                    accept_fn, drafted, draft_vocabulary(target))
     return result + (target_cache, features)
 
 
 def _judge(target_logits, draft_ids, draft_probs, keys, round_idx, config: LoopConfig,
-           accept_fn, drafted):
-    """The rule on the verify's logits: (num_accepted, next_ids, beta) as in `_verify`."""
+           accept_fn, drafted, vocab_ids=None):
+    """The rule on the verify's logits: (num_accepted, next_ids, beta) as in `_verify`.
+
+    `vocab_ids` (int32 [N]): the decoding model has a draft vocabulary and decodes alone
+    (k = 0; what benchmarks time a draft by), so its logits cover those N tokens.
+    """
     k = config.k
+    if vocab_ids is not None:
+        if k:
+            raise ValueError("a target with a draft vocabulary decodes only autoregressively")
+        if config.sampling.greedy:
+            next_ids = tf.gather(vocab_ids, sampling_lib.argmax(target_logits[:, 0]))
+        else:
+            final_uniforms = rng.uniform(keys, round_idx, _STREAM_FINAL, 1)[:, 0]
+            next_ids = tf.gather(vocab_ids, sampling_lib.sample_categorical(
+                sampling_lib.logits_to_probs(target_logits[:, 0], config.sampling),
+                final_uniforms))
+        return tf.zeros_like(next_ids), next_ids, None
     if config.sampling.greedy:
         # Greedy is the general rule on one-hot distributions; working on argmax ids avoids
         # V-wide softmax/cumsum passes, which dominate the rounds of small models.

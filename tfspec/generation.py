@@ -313,9 +313,10 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
             draft.bind(target)  # Refuses, in one line, a target it was not trained for.
     if eos_id is _TARGET_DEFAULT:
         eos_id = target.eos_id
-    if decoding.draft_vocabulary(target) is not None:
-        raise ValueError("the target has a draft vocabulary (set_draft_vocabulary); a target "
-                         "must score every token: call target.set_draft_vocabulary(None)")
+    if decoding.draft_vocabulary(target) is not None and draft is not None:
+        raise ValueError("the target has a draft vocabulary (set_draft_vocabulary), so it "
+                         "scores only some tokens: decode it alone (k=0), or call "
+                         "target.set_draft_vocabulary(None) to verify drafts with it")
     if eos_id is not None and not 0 <= int(eos_id) < target.vocab_size:
         raise ValueError(f"eos_id {eos_id} is outside the vocabulary [0, {target.vocab_size})")
 

@@ -210,8 +210,8 @@ def test_draft_vocabulary_q_is_the_transform_of_minus_inf_filled_logits(sampling
         tf.fill([3, 12], -np.inf), tf.stack([tf.repeat(tf.range(3), 4),
                                             tf.tile(vocab_ids, [3])], axis=1),
         tf.reshape(subset_logits, [-1]))
-    got = decoding._to_full_vocabulary(                            # pylint: disable=protected-access
-        sampling_lib.logits_to_probs(subset_logits, sampling), vocab_ids, 12)
+    got = decoding.to_full_vocabulary(sampling_lib.logits_to_probs(subset_logits, sampling),
+                                      vocab_ids, 12)
     want = sampling_lib.logits_to_probs(full_logits, sampling)
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
     assert np.all(got.numpy()[:, [0, 2, 3, 6, 7, 8, 10, 11]] == 0)

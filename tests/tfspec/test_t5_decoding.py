@@ -178,12 +178,35 @@ def test_greedy_draft_vocabulary(models, k, drop_one, strategy):
         assert spec.stats.acceptance_rate == 1.0
 
 
-def test_draft_vocabulary_is_refused_for_a_target_and_validated(models):
+@pytest.mark.parametrize("jit_compile", [True, None], ids=["xla", "eager"])
+def test_a_model_with_a_draft_vocabulary_decodes_alone_within_it(models, jit_compile):
+    """Decoded alone (k = 0: how benchmarks time a draft), a model with a draft vocabulary
+    emits its argmax (greedy) or samples (T = 1) among those tokens only; as the target of
+    speculative decoding it is refused."""
+    target = models[0]
+    restricted = T5(_config(2), seed=1).set_draft_vocabulary([5, 7, 20, 41, 69, 94])
+    np.testing.assert_array_equal(restricted.draft_vocab_ids, [1, 5, 7, 20, 41, 69, 94])
+    greedy = tfspec.generate(restricted, PROMPTS, max_new_tokens=8, eos_id=None,
+                             sampling=tfspec.Sampling(0.0), jit_compile=jit_compile)
+    prompt_ids = np.zeros([len(PROMPTS), max(map(len, PROMPTS))], np.int32)
+    for i, prompt in enumerate(PROMPTS):
+        prompt_ids[i, :len(prompt)] = prompt
+    decoder_ids = np.concatenate([np.zeros([len(PROMPTS), 1], np.int32), greedy.tokens], 1)
+    logits = restricted.forward(prompt_ids, [len(p) for p in PROMPTS], decoder_ids).numpy()
+    ids = restricted.draft_vocab_ids
+    np.testing.assert_array_equal(greedy.tokens, ids[logits[:, :-1, ids].argmax(-1)])
+    sampled = tfspec.generate(restricted, PROMPTS * 8, max_new_tokens=8, eos_id=None,
+                              sampling=tfspec.Sampling(1.0), jit_compile=jit_compile)
+    assert set(sampled.tokens.ravel().tolist()) <= set(ids.tolist())
+    assert len(set(sampled.tokens.ravel().tolist())) > 3
+    with pytest.raises(ValueError, match="the target has a draft vocabulary"):
+        tfspec.generate(restricted, PROMPTS, draft=target, k=2, max_new_tokens=2)
+
+
+def test_draft_vocabulary_is_validated():
     target = T5(_config(1), seed=3)
     target.set_draft_vocabulary([5, 7])
     np.testing.assert_array_equal(target.draft_vocab_ids, [1, 5, 7])  # + EOS
-    with pytest.raises(ValueError, match="the target has a draft vocabulary"):
-        tfspec.generate(target, PROMPTS, max_new_tokens=2)
     assert target.set_draft_vocabulary(None).draft_vocab_ids is None
     for bad, message in [([VOCAB], "must lie in"), ([3, 3], "distinct"), ([], "non-empty"),
                          ([1.5], "integer")]:

@@ -222,8 +222,9 @@ class T5(keras.Model):
         columns. The draft's q is 0 outside `ids`: any q keeps speculative decoding exact
         (the residual max(0, p - q) covers the tokens q misses), so only the acceptance
         rate can change. On the embedded draft the LM head is most of a step
-        (`bench.loop_profile`). The uncached `forward` is unaffected, and `tfspec.generate`
-        refuses a target with a draft vocabulary.
+        (`bench.loop_profile`). The uncached `forward` is unaffected. Decoded alone (k = 0,
+        how benchmarks time a draft) the model emits only tokens of its draft vocabulary;
+        `tfspec.generate` refuses it as the target of speculative decoding.
 
         Args:
           ids: int token ids in [0, V), distinct; None restores the full vocabulary. The
