@@ -9,7 +9,7 @@ machine hits all of them alike):
     each draft kind decoding alone (k = 0): its c
     speculative decoding with each draft kind at each --k
 
-Draft kinds (--kinds, default all four):
+Draft kinds (--kinds, default all five):
 
     t5             --draft SPEC (default zoo:tiny-code-draft): a T5 with its own encoder
     feature        --feature_draft SPEC (default zoo:tiny-code-eagle): an EAGLE-style
@@ -20,6 +20,11 @@ Draft kinds (--kinds, default all four):
                    with a note (the JSON's `kinds` and the printed table say so); any other
                    SPEC that cannot be loaded, or a feature draft trained for another target,
                    stops with a one-line error (exit status 2)
+    medusa         --medusa SPEC (default zoo:tiny-code-medusa): `tfspec.models.MedusaHeads`,
+                   k heads on the target's final decoder state that propose a round's drafts
+                   in one call (no draft steps), verified by the exact rule; timed alone
+                   through `alone()` like a feature draft, skipped with a note when the zoo
+                   entry is missing
     ngram          --ngram SPEC (default ngram:unigram: the random unigram NGram the other
                    benchmarks use as a near-free draft: c near 0, acceptance near 1/V)
     prompt_lookup  `tfspec.models.PromptLookup(max_ngram=--prompt_lookup_ngram)`: copies what
@@ -71,8 +76,12 @@ from evals import cli
 from tfspec import checkpoints
 
 PROG = "python -m bench.draft_kinds"
-T5, FEATURE, NGRAM, PROMPT_LOOKUP = "t5", "feature", "ngram", "prompt_lookup"
-KINDS = (T5, FEATURE, NGRAM, PROMPT_LOOKUP)
+T5, FEATURE, MEDUSA, NGRAM, PROMPT_LOOKUP = "t5", "feature", "medusa", "ngram", "prompt_lookup"
+KINDS = (T5, FEATURE, MEDUSA, NGRAM, PROMPT_LOOKUP)
+TARGET_FEATURE_KINDS = (FEATURE, MEDUSA)  # Drafts that read the target's features.
+DEFAULT_MEDUSA = "zoo:tiny-code-medusa"
+_RECIPES = {FEATURE: "configs/zoo_tiny_code_eagle.py",
+            MEDUSA: "configs/zoo_tiny_code_medusa.py"}
 DEFAULT_NGRAM = "ngram:unigram"
 
 COLUMNS = ["kind", "temperature", "k", "ar_ms_per_token", "spec_ms_per_token", "speedup",
@@ -129,6 +138,10 @@ def _parse_args(argv=None):
                         help="the feature draft (kind feature): a tfspec.load_model SPEC of a "
                              "FeatureDraft trained for --target; a zoo: name not in "
                              "tfspec/zoo/ is skipped with a note")
+    parser.add_argument("--medusa", default=DEFAULT_MEDUSA, metavar="SPEC",
+                        help="the Medusa heads (kind medusa): a tfspec.load_model SPEC of "
+                             "MedusaHeads trained for --target; a zoo: name not in "
+                             "tfspec/zoo/ is skipped with a note")
     parser.add_argument("--ngram", default=DEFAULT_NGRAM, metavar="SPEC",
                         help="the NGram draft (kind ngram), a bench/models.py SPEC")
     parser.add_argument("--prompt_lookup_ngram", type=_positive_int,
@@ -166,7 +179,7 @@ def _missing_zoo_entry(spec: str) -> Optional[str]:
 
 def load_drafts(target, target_spec: str, kinds: Sequence[str], draft_spec: str,
                 feature_spec: str, ngram_spec: str, prompt_lookup_ngram: int,
-                dtype: Optional[str] = None) -> tuple:
+                dtype: Optional[str] = None, medusa_spec: str = DEFAULT_MEDUSA) -> tuple:
     """({kind: (SPEC, draft)} of the kinds that load, [{kind, draft, class, skipped}]).
 
     Raises:
@@ -175,7 +188,7 @@ def load_drafts(target, target_spec: str, kinds: Sequence[str], draft_spec: str,
         another target (one line).
     """
     specs = {T5: (draft_spec, "--draft"), FEATURE: (feature_spec, "--feature_draft"),
-             NGRAM: (ngram_spec, "--ngram"),
+             MEDUSA: (medusa_spec, "--medusa"), NGRAM: (ngram_spec, "--ngram"),
              PROMPT_LOOKUP: (f"{bench_models.PROMPT_LOOKUP}:{prompt_lookup_ngram}",
                              "--prompt_lookup_ngram")}
     drafts, described = {}, []
@@ -183,21 +196,25 @@ def load_drafts(target, target_spec: str, kinds: Sequence[str], draft_spec: str,
         spec, flag = specs[kind]
         entry = {"kind": kind, "draft": spec, "class": None, "skipped": None}
         described.append(entry)
-        missing = _missing_zoo_entry(spec) if kind == FEATURE else None
+        missing = _missing_zoo_entry(spec) if kind in TARGET_FEATURE_KINDS else None
         if missing:
             entry["skipped"] = (f"{spec} is not in tfspec/zoo/ yet (train and export it: "
-                                f"configs/zoo_tiny_code_eagle.py), or pass --feature_draft "
-                                f"DIR")
+                                f"{_RECIPES[kind]}), or pass {flag} DIR")
             continue
         draft = bench_models.load_spec(spec, flag, dtype=dtype, seed=seed,
                                        vocab_size=target.vocab_size)
-        if kind == FEATURE and not bench_models.is_feature_draft(draft):
+        is_medusa = isinstance(draft, tfspec.models.MedusaHeads)
+        if kind == MEDUSA and not is_medusa:
+            raise bench_models.ModelError(
+                f"--medusa {spec} is not a set of Medusa heads (a {type(draft).__name__})")
+        if kind == FEATURE and (is_medusa or not bench_models.is_feature_draft(draft)):
             raise bench_models.ModelError(
                 f"--feature_draft {spec} is not a feature draft (a {type(draft).__name__}); "
-                f"pass a T5 draft as --draft")
-        if kind != FEATURE and bench_models.is_feature_draft(draft):
-            raise bench_models.ModelError(f"{flag} {spec} is a feature draft; pass it as "
-                                          f"--feature_draft")
+                f"pass {'Medusa heads as --medusa' if is_medusa else 'a T5 draft as --draft'}")
+        if kind not in TARGET_FEATURE_KINDS and bench_models.is_feature_draft(draft):
+            raise bench_models.ModelError(
+                f"{flag} {spec} is {'a set of Medusa heads' if is_medusa else 'a feature draft'}"
+                f"; pass it as {'--medusa' if is_medusa else '--feature_draft'}")
         if draft.vocab_size != target.vocab_size:
             raise bench_models.ModelError(
                 f"target and draft must share the vocabulary: --target {target_spec} has "
@@ -220,7 +237,7 @@ def load_all(args) -> tuple:
     target = bench_models.load_spec(args.target, "--target", dtype=args.dtype, seed=0)
     drafts, described = load_drafts(target, args.target, args.kinds, args.draft,
                                     args.feature_draft, args.ngram, args.prompt_lookup_ngram,
-                                    args.dtype)
+                                    args.dtype, medusa_spec=args.medusa)
     pool = bench_models.prompts(args.target, target, args.num_prompts, args.prompt_length,
                                 args.seed, prompts_file=args.prompts)
     return target, drafts, described, pool

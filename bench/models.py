@@ -176,7 +176,10 @@ def draft_alone(draft, target):
 
 
 def draft_kind(draft) -> str:
-    """"feature", "t5", "ngram", "prompt_lookup", or the class name of another draft."""
+    """"medusa", "feature", "t5", "ngram", "prompt_lookup", or the class name of another
+    draft."""
+    if isinstance(draft, tfspec.models.MedusaHeads):
+        return "medusa"
     if is_feature_draft(draft):
         return "feature"
     for kind, cls in (("t5", tfspec.models.T5), ("ngram", tfspec.models.NGram),

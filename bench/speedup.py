@@ -44,6 +44,11 @@ these fields are nan):
                                  token with the fixed costs taken out
     decode_predicted_speedup     the formula with c = draft_step_ms / target_step_ms
     decode_over_predicted        decode_speedup / decode_predicted_speedup
+    speedup_ceiling              the whole-request speed-up if speculative rounds cost
+                                 nothing: AR ms per request / spec_fixed_ms per request.
+                                 No draft length or faster loop can beat it; only
+                                 cheaper fixed costs (a draft without an encoder of its
+                                 own, such as a feature draft, pays only the target's)
 
 A decomposition that needs two loop iterations per call at least; with fewer (every row done
 in its first round) the decode fields are nan. It doubles the compiled loops: one process
@@ -62,7 +67,13 @@ JIT here (vm.max_map_count 65530), so split such a sweep into runs of a few k ea
 max_prompt_length (keeping the end); --num_prompts N then takes the file's first N (default:
 all). Bad input stops with a one-line error naming the file and line (exit status 2).
 
-JSON: {"records": [...]} with one record per (k, batch_size, temperature), plus the settings.
+--acceptance exact,typical times Medusa's typical acceptance (`tfspec.TypicalAcceptance`,
+--typical_epsilon / --typical_delta) beside the exact rule at every k. It is an opt-in that
+is NOT distribution-preserving above temperature 0: its records carry "acceptance":
+"typical" and "distribution_preserving": false (`bench.typical_bias` measures the bias).
+
+JSON: {"records": [...]} with one record per (acceptance, k, batch_size, temperature), plus
+the settings.
 The formula assumes i.i.d. acceptance and a draft as costly per step as measured; random
 models accept almost nothing, so their speed-up is below 1 by design (a cost check only).
 """
@@ -75,6 +86,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 import tfspec
+from tfspec import acceptance as acceptance_lib
 from tfspec import adaptive
 from bench import models as bench_models
 from bench import timing
@@ -83,10 +95,10 @@ from evals import walltime
 
 AUTO = "auto"  # The --k entry (and record "k") of adaptive draft length, k="auto".
 
-COLUMNS = ["k", "batch_size", "temperature", "ar_ms_per_token", "spec_ms_per_token", "speedup",
+COLUMNS = ["k", "acceptance", "batch_size", "temperature", "ar_ms_per_token", "spec_ms_per_token", "speedup",
            "acceptance_rate", "beta_mean", "draft_cost_ratio", "predicted_speedup",
            "speedup_over_predicted", "spec_fixed_ms", "round_over_formula", "decode_speedup",
-           "decode_over_predicted"]
+           "decode_over_predicted", "speedup_ceiling"]
 
 
 def _floats(text: str) -> List[float]:
@@ -121,6 +133,18 @@ def parse_ks(text: str) -> list:
     if not ks:
         raise argparse.ArgumentTypeError("--k needs at least one draft length")
     return ks
+
+
+def parse_acceptances(text: str) -> List[str]:
+    """--acceptance "exact,typical" -> ["exact", "typical"] (argparse type: bad input is a
+    one-line usage error)."""
+    rules = [part.strip().lower() for part in text.split(",") if part.strip()]
+    bad = [rule for rule in rules if rule not in acceptance_lib.RULES]
+    if not rules or bad:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated rules from {', '.join(acceptance_lib.RULES)}, got "
+            f"{text!r}")
+    return list(dict.fromkeys(rules))
 
 
 def _positive_int(text: str) -> int:
@@ -203,6 +227,16 @@ def _parse_args(argv=None):
     cli.add_bool(parser, "auto_fallback", adaptive.AutoDraft().fallback,
                  'let the "auto" entry run autoregressive decoding where that measured '
                  "faster (off: always adaptive speculation)")
+    parser.add_argument("--acceptance", default=acceptance_lib.EXACT, type=parse_acceptances,
+                        help="comma-separated verification rules, each timed at every k: "
+                             "exact (distribution-preserving), typical (Medusa's typical "
+                             "acceptance, an opt-in that is NOT distribution-preserving "
+                             "above temperature 0; its records say so)")
+    parser.add_argument("--typical_epsilon", type=float,
+                        default=acceptance_lib.TYPICAL_EPSILON,
+                        help="typical acceptance's hard threshold, in (0, 1]")
+    parser.add_argument("--typical_delta", type=float, default=acceptance_lib.TYPICAL_DELTA,
+                        help="typical acceptance's entropy-threshold factor, > 0")
     cli.add_bool(parser, "fixed_costs", False,
                  "also time every mode with max_new_tokens = 1 and split its time into "
                  "per-call fixed costs and loop iterations (the decode_* fields); doubles "
@@ -242,7 +276,9 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
             sampling: tfspec.Sampling, max_new_tokens: int, repeats: int, seed: int = 0,
             eos_id="target", jit_compile: Optional[bool] = True,
             fixed_costs: bool = False,
-            auto: Optional[adaptive.AutoDraft] = None) -> List[dict]:
+            auto: Optional[adaptive.AutoDraft] = None,
+            acceptances: Sequence[str] = (acceptance_lib.EXACT,),
+            typical: Optional[acceptance_lib.TypicalAcceptance] = None) -> List[dict]:
     """Times target AR, draft AR and speculative decoding at every k over `batches`.
 
     Each timed call decodes every batch of `batches` (one `generate` call per batch, all of
@@ -255,8 +291,12 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     the mean drafts per round, and it adds `auto_speculative_fraction` (share of its calls
     that ran speculatively) and `mean_drafts_per_round`.
 
+    `acceptances`: the verification rules to time, each at every k ("exact"; "typical" =
+    `typical`, default `tfspec.TypicalAcceptance()`, not distribution-preserving above T = 0).
+
     Returns:
-      One record per k (see the module docstring for the keys), plus `k, batch_size,
+      One record per (acceptance, k) (see the module docstring for the keys), plus `k,
+      acceptance, distribution_preserving, batch_size,
       temperature, top_k, top_p, tokens_ar, tokens_spec, rounds, mean_tokens_per_round,
       draft_ms_per_step, target_ms_per_step, per_row_acceptance` (those two per step include
       the fixed costs; the decode fields of the module docstring leave them out).
@@ -267,32 +307,43 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     auto = auto or adaptive.AutoDraft()
     alone = bench_models.draft_alone(draft, target)  # A feature draft: its alone() model.
 
-    def call(model, k, d=None, new_tokens=max_new_tokens):
-        return decode_fn(model, batches, auto if k == AUTO else k, sampling, new_tokens, seed,
-                         draft=d, eos_id=eos_id, jit_compile=jit_compile)
+    rules = {acceptance_lib.EXACT: acceptance_lib.EXACT,
+             acceptance_lib.TYPICAL: typical or acceptance_lib.TypicalAcceptance()}
+    entries = [(k, rule) for rule in acceptances for k in ks]
 
-    fns = [call(target, 0), call(alone, 0)] + [call(target, k, draft) for k in ks]
+    def call(model, k, d=None, new_tokens=max_new_tokens, rule=acceptance_lib.EXACT):
+        return decode_fn(model, batches, auto if k == AUTO else k, sampling, new_tokens, seed,
+                         draft=d, eos_id=eos_id, jit_compile=jit_compile,
+                         acceptance=rules[rule])
+
+    fns = ([call(target, 0), call(alone, 0)]
+           + [call(target, k, draft, rule=rule) for k, rule in entries])
     # The same calls stopped after one loop iteration: they split each time into fixed and
     # per-iteration parts (see the module docstring).
     first_fns = ([call(target, 0, new_tokens=1), call(alone, 0, new_tokens=1)]
-                 + [call(target, k, draft, new_tokens=1) for k in ks]) if fixed_costs else []
+                 + [call(target, k, draft, new_tokens=1, rule=rule) for k, rule in entries]
+                 if fixed_costs else [])
     all_times, all_gens = timing.interleaved_runs(fns + first_fns, repeats)
     times, gens = all_times[:len(fns)], all_gens[:len(fns)]
     nan = float("nan")
     phases = ([split_phases(full, one, _loop_steps(full_gens), len(batches))
                for full, one, full_gens in zip(times, all_times[len(fns):], gens)]
               if fixed_costs else [(nan, nan)] * len(fns))
-    return records_from_runs(ks, batches, sampling, times, gens, phases)
+    return records_from_runs([k for k, _ in entries], batches, sampling, times, gens, phases,
+                             acceptances=[rule for _, rule in entries])
 
 
 def decode_fn(model, batches: Sequence[Sequence[Sequence[int]]], k, sampling: tfspec.Sampling,
               max_new_tokens: int, seed: int = 0, draft=None, eos_id="target",
-              jit_compile: Optional[bool] = True):
+              jit_compile: Optional[bool] = True, acceptance=acceptance_lib.EXACT):
     """A callable that decodes every batch of `batches` with `model` (one `tfspec.generate`
     call per batch) and returns their `Generation`s: what one timed call of the benchmarks
     runs. k: 0 (autoregressive), an int >= 1 or an `adaptive.AutoDraft` (with `draft`);
-    `eos_id` "target": the target's."""
+    `eos_id` "target": the target's; `acceptance` as `tfspec.generate` takes it (speculative
+    calls only)."""
     kwargs = {} if eos_id == "target" else {"eos_id": eos_id}
+    if draft is not None and acceptance != acceptance_lib.EXACT:
+        kwargs["acceptance"] = acceptance
     kwargs["jit_compile"] = jit_compile  # Tests pass None (eager): no compile time.
     return lambda: [tfspec.generate(model, prompts, draft=draft, k=k, sampling=sampling,
                                     max_new_tokens=max_new_tokens, seed=seed, **kwargs)
@@ -301,7 +352,8 @@ def decode_fn(model, batches: Sequence[Sequence[Sequence[int]]], k, sampling: tf
 
 def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
                       sampling: tfspec.Sampling, times: Sequence[float], gens: Sequence,
-                      phases: Optional[Sequence[tuple]] = None) -> List[dict]:
+                      phases: Optional[Sequence[tuple]] = None,
+                      acceptances: Optional[Sequence[str]] = None) -> List[dict]:
     """The records of `measure` from its timed calls.
 
     Args:
@@ -311,6 +363,7 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
       times, gens: median seconds and last results of [target autoregressive, draft alone,
         speculative at ks[0], ks[1], ...] (`timing.interleaved_runs` of `decode_fn`s).
       phases: (per-iteration s, fixed s) of each of them (`split_phases`), or None (nan).
+      acceptances: the rule of each speculative call ("exact" or "typical"); None: exact.
     """
     nan = float("nan")
     phases = list(phases) if phases is not None else [(nan, nan)] * len(times)
@@ -323,8 +376,9 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
     draft_step = draft_time / _loop_steps(draft_gen)
     c = walltime.draft_cost_ratio(draft_step, target_step)
     records = []
-    for k, spec_time, spec_gens, (round_s, spec_fixed_s) in zip(ks, times[2:], gens[2:],
-                                                                 phases[2:]):
+    acceptances = list(acceptances or [acceptance_lib.EXACT] * len(ks))
+    for k, rule, spec_time, spec_gens, (round_s, spec_fixed_s) in zip(
+            ks, acceptances, times[2:], gens[2:], phases[2:]):
         stats = tfspec.DecodeStats.concatenate([gen.stats for gen in spec_gens])
         spec_ms = 1e3 * spec_time / max(1, _real_tokens(spec_gens))
         a = _alpha(stats.beta_mean, stats.acceptance_rate)
@@ -338,11 +392,16 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
         decode_spec_ms = (1e3 * round_s * _loop_steps(spec_gens)
                           / max(1, _real_tokens(spec_gens)))
         decode_speedup = _ratio(decode_ar_ms, decode_spec_ms)
+        # AR time per request over the speculative call's fixed part: the speed-up left if
+        # every round were free.
+        ceiling = _ratio(ar_time / len(batches), spec_fixed_s)
         decode_predicted = (nan if auto else
                             _formula_or_nan(a, k, _ratio(draft_step_s, target_step_s)))
         modes = [gen.mode for gen in spec_gens]
         records.append({
-            "k": AUTO if auto else int(k), "batch_size": len(batches[0]), "num_batches": len(batches),
+            "k": AUTO if auto else int(k), "acceptance": rule,
+            "distribution_preserving": rule == acceptance_lib.EXACT,
+            "batch_size": len(batches[0]), "num_batches": len(batches),
             "temperature": sampling.temperature,
             "top_k": sampling.top_k, "top_p": sampling.top_p,
             "ar_ms_per_token": ar_ms, "spec_ms_per_token": spec_ms, "speedup": speedup,
@@ -361,6 +420,7 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
             "decode_speedup": decode_speedup,
             "decode_predicted_speedup": decode_predicted,
             "decode_over_predicted": _ratio(decode_speedup, decode_predicted),
+            "speedup_ceiling": ceiling,
             "mean_drafts_per_round": drafts_per_round,
             "auto_speculative_fraction": (modes.count(adaptive.SPECULATIVE) / len(modes)
                                           if auto else nan),
@@ -402,7 +462,9 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
         top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, repeats: int = 3,
         seed: int = 0, target_spec: Optional[str] = None,
         draft_spec: Optional[str] = None, jit_compile: Optional[bool] = True,
-        fixed_costs: bool = False, auto: Optional[adaptive.AutoDraft] = None) -> dict:
+        fixed_costs: bool = False, auto: Optional[adaptive.AutoDraft] = None,
+        acceptances: Sequence[str] = (acceptance_lib.EXACT,),
+        typical: Optional[acceptance_lib.TypicalAcceptance] = None) -> dict:
     """Records for every (k, batch_size, temperature); see the module docstring."""
     records = []
     for batch_size in batch_sizes:
@@ -411,12 +473,15 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
             sampling = tfspec.Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
             records += measure(target, draft, batches, ks, sampling, max_new_tokens, repeats,
                                seed, jit_compile=jit_compile, fixed_costs=fixed_costs,
-                               auto=auto)
+                               auto=auto, acceptances=acceptances, typical=typical)
     auto = auto or adaptive.AutoDraft()
     return {"target": target_spec, "draft": draft_spec,
             "draft_kind": bench_models.draft_kind(draft), "max_new_tokens": max_new_tokens,
             "auto": {"k_max": auto.k_max, "confidence": auto.confidence,
                      "fallback": auto.fallback, "revisit": auto.revisit},
+            "acceptances": list(acceptances),
+            "typical": (None if acceptance_lib.TYPICAL not in acceptances else
+                        acceptance_lib.describe(typical or acceptance_lib.TYPICAL)),
             "repeats": repeats, "seed": seed, "fixed_costs": fixed_costs,
             "machine": platform.processor() or platform.machine(), "records": records}
 
@@ -426,14 +491,18 @@ def main(argv=None):
     try:
         auto = adaptive.AutoDraft(k_max=args.auto_k_max, confidence=args.auto_confidence,
                                   fallback=args.auto_fallback)
+        typical = tfspec.TypicalAcceptance(epsilon=args.typical_epsilon,
+                                           delta=args.typical_delta)
     except ValueError as error:
-        raise SystemExit(cli.usage_error("python -m bench.speedup", error)) from None
+        message = str(error).replace("TypicalAcceptance epsilon", "--typical_epsilon").replace(
+            "TypicalAcceptance delta", "--typical_delta")
+        raise SystemExit(cli.usage_error("python -m bench.speedup", message)) from None
     with bench_models.exit_on_input_error():
         target, draft, pool = load_pair_and_prompts(args)
     result = run(target, draft, pool, args.k, _ints(args.batch_size),
                  _floats(args.temperature), args.top_k, args.top_p, args.max_new_tokens,
                  args.repeats, args.seed, args.target, args.draft, jit_compile(args),
-                 args.fixed_costs, auto)
+                 args.fixed_costs, auto, args.acceptance, typical)
     result["prompts"] = args.prompts  # None: the built-in pool.
     timing.print_table(result["records"], COLUMNS)
     timing.write_json(args.json, result)

@@ -62,7 +62,7 @@ def run_headline(run: "report.Run") -> str:
     recommended k; the best measured K of a sweep."""
     summary = run.summary
     sampling = run.sampling
-    lines = [f"{run.name}: {run.task}, {summary.get('num_examples')} examples x "
+    lines = [f"{run.label}: {run.task}, {summary.get('num_examples')} examples x "
              f"{summary.get('num_samples')} samples, temperature "
              f"{_fmt(sampling.get('temperature'), 2)}, k = {summary.get('k')}"]
     for mode, entry in (summary.get("runs") or {}).items():

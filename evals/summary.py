@@ -29,7 +29,8 @@ from evals import records
 from evals import walltime
 
 PERCENT_PREFIXES = ("pass@",)
-HEADER_KEYS = ("task", "k", "target", "draft", "dtype", "sampling", "seed", "num_examples",
+HEADER_KEYS = ("task", "k", "target", "draft", "dtype", "sampling", "acceptance", "seed",
+               "num_examples",
                "num_samples", "versions", "git_commit", "started_at", "finished_at")
 
 

@@ -169,6 +169,37 @@ def resolve(acceptance) -> Optional[TypicalAcceptance]:
                      f"got {acceptance!r}")
 
 
+NOT_DISTRIBUTION_PRESERVING = ("typical acceptance (Medusa): above temperature 0 the output "
+                                "does NOT follow the target's distribution")
+
+
+def describe(acceptance) -> dict:
+    """The JSON record of a rule, as summaries and reports carry it: {"rule": "exact",
+    "distribution_preserving": True} or {"rule": "typical", "epsilon", "delta",
+    "distribution_preserving": False, "note"}. `acceptance`: as `generate` takes it, or such
+    a record (returned normalised)."""
+    if isinstance(acceptance, dict):
+        acceptance = from_record(acceptance)
+    typical = resolve(acceptance)
+    if typical is None:
+        return {"rule": EXACT, "distribution_preserving": True}
+    return {"rule": TYPICAL, "epsilon": typical.epsilon, "delta": typical.delta,
+            "distribution_preserving": False, "note": NOT_DISTRIBUTION_PRESERVING}
+
+
+def from_record(record: Optional[dict]):
+    """`generate`'s `acceptance` argument from a `describe` record (or one with only "rule"
+    and optional "epsilon" / "delta"; None = exact). Raises ValueError on a bad record."""
+    if record is None or record.get("rule", EXACT) == EXACT:
+        return EXACT
+    if record.get("rule") != TYPICAL:
+        raise ValueError(f'acceptance rule must be "exact" or "typical", got '
+                         f'{record.get("rule")!r}')
+    epsilon, delta = record.get("epsilon"), record.get("delta")
+    return TypicalAcceptance(epsilon=TYPICAL_EPSILON if epsilon is None else epsilon,
+                             delta=TYPICAL_DELTA if delta is None else delta)
+
+
 def typical_accept(target_probs: tf.Tensor, draft_probs: tf.Tensor, draft_ids: tf.Tensor,
                    accept_uniforms: tf.Tensor, final_uniforms: tf.Tensor,
                    epsilon: float = TYPICAL_EPSILON,

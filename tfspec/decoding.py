@@ -132,19 +132,27 @@ def draft_vocabulary(draft) -> Optional[tf.Tensor]:
     return None if ids is None else tf.convert_to_tensor(ids, tf.int32)
 
 
-def to_full_vocabulary(subset_probs: tf.Tensor, vocab_ids: tf.Tensor,
-                        vocab_size: int) -> tf.Tensor:
+def to_full_vocabulary(subset_probs: tf.Tensor, vocab_ids: tf.Tensor, vocab_size: int,
+                       inverse: Optional[tf.Tensor] = None) -> tf.Tensor:
     """float32 [batch, N] probabilities over the draft vocabulary -> [batch, V], 0 elsewhere.
 
     A gather through the inverse map (not a scatter): inverse[v] = v's index in `vocab_ids`,
     or N, a zero column appended to the probabilities. Example, V = 5, ids = [1, 3]:
-    inverse = [2, 0, 2, 1, 2]; [[0.7, 0.3]] -> [[0, 0.7, 0, 0.3, 0]].
+    inverse = [2, 0, 2, 1, 2]; [[0.7, 0.3]] -> [[0, 0.7, 0, 0.3, 0]]. `inverse`: the map of
+    `vocabulary_inverse`, when a loop made it once for all its steps.
     """
-    n = tf.shape(vocab_ids)[0]
-    inverse = tf.tensor_scatter_nd_update(tf.fill([vocab_size], n), vocab_ids[:, None],
-                                          tf.range(n))                       # [V]
+    if inverse is None:
+        inverse = vocabulary_inverse(vocab_ids, vocab_size)
     padded = tf.pad(subset_probs, [[0, 0], [0, 1]])                          # [batch, N + 1]
     return tf.gather(padded, inverse, axis=1)
+
+
+def vocabulary_inverse(vocab_ids: tf.Tensor, vocab_size: int) -> tf.Tensor:
+    """int32 [V]: each token's index in the draft vocabulary `vocab_ids` (int32 [N]), or N
+    for tokens outside it (see `to_full_vocabulary`)."""
+    n = tf.shape(vocab_ids)[0]
+    return tf.tensor_scatter_nd_update(tf.fill([vocab_size], n), vocab_ids[:, None],
+                                       tf.range(n))
 
 
 def _draft_step(draft, draft_context, cache, ids, positions, features):
@@ -218,6 +226,9 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
     # With a draft vocabulary (ids [N]), logits, the argmax, the transform and the sampling
     # are N wide; only the probabilities handed to the rule are laid out over V.
     vocab_ids = draft_vocabulary(draft)
+    # Made once per round, outside the draft steps' while loop (loop-invariant).
+    inverse = (None if vocab_ids is None or greedy
+               else vocabulary_inverse(vocab_ids, vocab_size))
     uniforms = None if greedy else rng.uniform(keys, round_idx, _STREAM_DRAFT, k)
     filler = eos_id if eos_id is not None else 0
     batch = tf.shape(n)[0]
@@ -240,7 +251,7 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
         confidence = (tf.gather(probs, index, axis=1, batch_dims=1) if stops_when_unsure
                       else None)
         if vocab_ids is not None:
-            probs = to_full_vocabulary(probs, vocab_ids, vocab_size)
+            probs = to_full_vocabulary(probs, vocab_ids, vocab_size, inverse)
         return token_of(index), probs, confidence
 
     # Step-major buffers [k, batch(, V)]: step i writes row i in place (a one-index scatter

@@ -15,6 +15,7 @@ from evals.orchestration import spec as spec_lib
 
 DOC_POINTER = "docs/design.md section 6"
 DTYPES = spec_lib.DTYPES
+ACCEPTANCE_RULES = spec_lib.ACCEPTANCE_RULES
 
 
 def draft_length_flag(text: str):
@@ -55,6 +56,15 @@ def build_parser(prog: str, description: str) -> cli.ArgumentParser:
     add("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy")
     add("--top_k", type=int, default=0, help="top-k filtering; 0 disables")
     add("--top_p", type=float, default=1.0, help="nucleus (top-p) filtering; 1 disables")
+    add("--acceptance", default="exact", choices=ACCEPTANCE_RULES,
+        help="verification rule of the speculative run: exact (rejection sampling; the "
+             "output follows the target's distribution) or typical (Medusa's typical "
+             "acceptance: an explicit opt-in that is NOT distribution-preserving above "
+             "temperature 0; summary.json and the report label it)")
+    add("--typical_epsilon", type=float, default=None,
+        help="typical acceptance's hard threshold, in (0, 1] (default: tfspec's, 0.09)")
+    add("--typical_delta", type=float, default=None,
+        help="typical acceptance's entropy-threshold factor, > 0 (default: tfspec's, 0.3)")
     add("--num_samples", type=int, default=1, help="samples per example")
     add("--pass_at", default=None,
         help="comma-separated k of pass@k (HumanEval), e.g. 1,10 (default: those of "
@@ -119,7 +129,8 @@ def list_tasks() -> str:
 
 
 RUN_FLAGS = ("task", "k", "k_sweep", "target", "draft", "dtype", "tokenizer", "temperature",
-             "top_k", "top_p", "num_samples", "pass_at", "limit", "batch_size",
+             "top_k", "top_p", "acceptance", "typical_epsilon", "typical_delta",
+             "num_samples", "pass_at", "limit", "batch_size",
              "max_new_tokens", "seed", "output_dir", "resume", "baseline", "completions",
              "data_source", "data_path", "runner", "tpu", "calibrate", "prompt_eos")
 

@@ -198,6 +198,16 @@ def _check_same_run(spec: RunSpec, output_dir: str) -> None:
                              f"settings or choose a new --output_dir")
 
 
+def acceptance_record(spec) -> Optional[dict]:
+    """summary.json's `acceptance`: the speculative run's rule (`tfspec.acceptance.describe`,
+    with `distribution_preserving` and, for typical acceptance, its thresholds and a
+    warning), or None when nothing is verified (completions, autoregressive only)."""
+    if spec.completions or not spec.uses_draft:
+        return None
+    from tfspec import acceptance  # pylint: disable=import-outside-toplevel
+    return acceptance.describe(acceptance.from_record(spec.acceptance_args))
+
+
 def summary_header(prepared: PreparedRun, started_at: str) -> dict:
     spec, plan = prepared.spec, prepared.plan
     completions = bool(spec.completions)
@@ -208,6 +218,7 @@ def summary_header(prepared: PreparedRun, started_at: str) -> dict:
         "dtype": None if completions else (spec.dtype or "float32"),
         "draft": spec.draft if spec.uses_draft else None,
         "sampling": None if completions else spec.sampling,
+        "acceptance": acceptance_record(spec),
         "seed": spec.seed,
         "num_examples": len({e.id for e in plan.examples} if not completions else
                             {item.id for item, _ in plan.completions}
@@ -230,7 +241,8 @@ def evaluation_config(prepared: PreparedRun, started_at: str):
         sweep_ks=spec.k_sweep, pass_at=spec.pass_at,
         header=summary_header(prepared, started_at), model_spec=prepared.model_spec,
         inference_args=generation.inference_args(spec.modes, spec.sampling, spec.seed,
-                                                 spec.max_new_tokens),
+                                                 spec.max_new_tokens,
+                                                 acceptance=spec.acceptance_args),
         batch_size=spec.batch_size, large_model=prepared.large_model,
         journal_backend=prepared.journal.backend,
         # One sandbox per record; records of different workers run in parallel anyway.
@@ -360,6 +372,10 @@ def describe(output_dir: str, summary: dict) -> str:
         lines.append("; ".join(parts))
     if summary.get("speedup") is not None:
         lines.append(f"  measured speed-up {summary['speedup']:.2f}x")
+    acceptance = summary.get("acceptance") or {}
+    if acceptance.get("distribution_preserving") is False:
+        lines.append(f"  NOTE: {acceptance.get('note')} (epsilon {acceptance.get('epsilon')}, "
+                     f"delta {acceptance.get('delta')})")
     why = summary_lib.why_line(summary)
     if why:
         lines.append(f"  {why}")

@@ -23,6 +23,7 @@ DEFAULT_K = 4
 DEFAULT_MAX_NEW_TOKENS = 128
 DEFAULT_RUNNER = "DirectRunner"
 DTYPES = ("float32", "bfloat16")  # What tfspec.load_model(dtype=...) accepts.
+ACCEPTANCE_RULES = ("exact", "typical")  # tfspec.acceptance.RULES (kept TensorFlow-free).
 LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner",
                  "FnApiRunner", "PrismRunner")
 
@@ -46,6 +47,9 @@ class RunSpec:
       target, draft, tokenizer: model specs (`tfspec.load_model`); tokenizer None = target's.
       dtype: dtype the models are loaded in ("float32" or "bfloat16"); None = float32.
       temperature, top_k, top_p: the sampling transform.
+      acceptance: the speculative run's verification rule, "exact" or "typical" (Medusa's
+        typical acceptance, an opt-in that is not distribution-preserving above T = 0).
+      typical_epsilon, typical_delta: typical acceptance's thresholds (None: tfspec's).
       num_samples: samples per example.
       pass_at: the pass@k to report (HumanEval), None for the task's default.
       limit: use the first `limit` examples (None: all).
@@ -76,6 +80,9 @@ class RunSpec:
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
+    acceptance: str = "exact"
+    typical_epsilon: Optional[float] = None
+    typical_delta: Optional[float] = None
     num_samples: int = 1
     pass_at: Optional[Tuple[int, ...]] = None
     limit: Optional[int] = None
@@ -121,6 +128,14 @@ class RunSpec:
     def sampling(self) -> dict:
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
 
+    @property
+    def acceptance_args(self) -> Optional[dict]:
+        """The rule as `tfspec.acceptance.from_record` reads it; None = exact."""
+        if self.acceptance == "exact":
+            return None
+        return {"rule": self.acceptance, "epsilon": self.typical_epsilon,
+                "delta": self.typical_delta}
+
     def identity(self) -> dict:
         """Settings a resumed run must share with the run it continues (same records)."""
         return {"task": self.task, "k": self.k, "target": self.target,
@@ -129,6 +144,8 @@ class RunSpec:
                 # float32 is the default: runs recorded before --dtype existed match it.
                 "dtype": None if self.dtype in (None, "float32") else self.dtype,
                 "sampling": self.sampling, "seed": self.seed,
+                # Exact runs (and runs recorded before --acceptance existed) hold None.
+                "acceptance": self.acceptance_args if self.uses_draft else None,
                 "max_new_tokens": self.max_new_tokens, "prompt_eos": self.prompt_eos,
                 "data_source": self.data_source,
                 "data_path": self.data_path, "completions": self.completions}
@@ -266,6 +283,20 @@ def build_run_spec(values: Mapping[str, Any]) -> RunSpec:
         raise UsageError(f"--top_p must be in (0, 1] (1 disables nucleus sampling), "
                          f"got {top_p}")
 
+    acceptance = _str(values, "acceptance", "exact")
+    if acceptance not in ACCEPTANCE_RULES:
+        raise UsageError(f"--acceptance must be one of {', '.join(ACCEPTANCE_RULES)}, got "
+                         f"{acceptance!r}")
+    typical_epsilon = _float(values, "typical_epsilon", None)
+    typical_delta = _float(values, "typical_delta", None)
+    if acceptance != "typical" and (typical_epsilon, typical_delta) != (None, None):
+        raise UsageError("--typical_epsilon and --typical_delta apply to --acceptance typical "
+                         "only; add --acceptance typical or drop them")
+    if typical_epsilon is not None and not 0 < typical_epsilon <= 1:
+        raise UsageError(f"--typical_epsilon must be in (0, 1], got {typical_epsilon}")
+    if typical_delta is not None and not typical_delta > 0:
+        raise UsageError(f"--typical_delta must be > 0, got {typical_delta}")
+
     limit = values.get("limit")
     limit = None if limit is None else _int(values, "limit", None, minimum=1)
     batch_size = _int(values, "batch_size", 1, minimum=1)
@@ -297,7 +328,8 @@ def build_run_spec(values: Mapping[str, Any]) -> RunSpec:
     return RunSpec(
         task=task, k=k, k_sweep=k_sweep, target=target, draft=draft,
         tokenizer=_str(values, "tokenizer"), dtype=dtype, temperature=temperature, top_k=top_k,
-        top_p=top_p, num_samples=num_samples, pass_at=pass_at, limit=limit,
+        top_p=top_p, acceptance=acceptance, typical_epsilon=typical_epsilon,
+        typical_delta=typical_delta, num_samples=num_samples, pass_at=pass_at, limit=limit,
         batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed,
         output_dir=output_dir, resume=resume, baseline=baseline, completions=completions,
         data_source=data_source, data_path=_str(values, "data_path"), runner=runner,

@@ -25,7 +25,7 @@ def runs_table(runs: Sequence[Run]) -> str:
         sweep_ks = ",".join(str(e.get("k")) for e in run.sweep) if run.sweep else DASH
         sampling = (f"T={fmt(run.temperature, 1)} top_k={run.top_k} "
                     f"top_p={fmt(run.top_p, 2)}")
-        rows.append((run.name, run.task, short_model(s.get("target")),
+        rows.append((run.label, run.task, short_model(s.get("target")),
                      short_model(s.get("draft")), sampling, str(s.get("k")), sweep_ks,
                      str(s.get("num_examples")), str(s.get("num_samples")),
                      str(s.get("seed")), str(s.get("git_commit") or DASH)[:12],
@@ -102,7 +102,7 @@ def build_report(runs: Sequence[Run], out_dir: str) -> str:
                   "(up to the run's max_new_tokens). Speed-ups are over the K = 0 "
                   "entry of the same run.", ""]
         for run in sweeps:
-            parts += [f"### {run.name}: {describe(run)}", "", sweep_table(run), ""]
+            parts += [f"### {run.label}: {describe(run)}", "", sweep_table(run), ""]
             path = sweep_figure(run, os.path.join(out_dir, f"sweep_{slug(run.name)}.png"))
             if path:
                 parts += [f"![K sweep, {run.name}]({os.path.basename(path)})", ""]

@@ -13,6 +13,10 @@ class ReportError(ValueError):
     """A run directory that cannot be read; the message is one line."""
 
 
+TYPICAL_MARK = "[typical acceptance: NOT distribution-preserving]"
+"""Marks the runs whose speculative output does not follow the target's distribution."""
+
+
 @dataclasses.dataclass
 class Run:
     """One loaded run directory.
@@ -34,6 +38,17 @@ class Run:
     @property
     def task(self) -> str:
         return str(self.summary.get("task"))
+
+    @property
+    def typical_acceptance(self) -> bool:
+        """Whether the speculative run verified with typical acceptance (summary.json's
+        `acceptance.rule`), whose output does not follow the target's distribution."""
+        return (self.summary.get("acceptance") or {}).get("rule") == "typical"
+
+    @property
+    def label(self) -> str:
+        """`name`, marked beside every number of a typical-acceptance run."""
+        return f"{self.name} {TYPICAL_MARK}" if self.typical_acceptance else self.name
 
     @property
     def sampling(self) -> Dict[str, Any]:

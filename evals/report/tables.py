@@ -53,7 +53,7 @@ def leviathan_table(runs: Sequence[Run]) -> str:
         calibrated = number(entry.get("calibrated_speedup"))
         calibrated_ratio = (measured / calibrated if measured is not None and calibrated
                             else None)
-        rows.append((f"ours: {run.name}", run.task, short_model(run.summary.get("target")),
+        rows.append((f"ours: {run.label}", run.task, short_model(run.summary.get("target")),
                      short_model(run.summary.get("draft")), fmt(run.temperature, 1),
                      str(run.summary.get("k")), fmt(alpha), fmt(
                          (entry.get("acceptance") or {}).get("acceptance_rate")),
@@ -101,7 +101,7 @@ def chen_table(runs: Sequence[Run]) -> str:
             if not entry:
                 continue
             bounds = (f"[{fmt(q[1])}, {fmt(q[2])}]" if q[1] is not None else DASH)
-            rows.append((f"ours: {run.name}", method_text, run.task, label,
+            rows.append((f"ours: {run.label}", method_text, run.task, label,
                          f"{metric} {fmt(q[0])}" if metric else DASH, bounds,
                          fmt((entry.get("latency") or {}).get("ms_per_token"), 3),
                          fmt(speed, 2, "x"), agree))
@@ -138,7 +138,7 @@ def recommendation_table(runs: Sequence[Run]) -> str:
         formula_best = recommended_k(alpha, c)
         at_formula_best = (walltime.predicted_speedup(alpha, formula_best, c)
                            if formula_best is not None else None)
-        rows.append((run.name, fmt(alpha), fmt(c, 3), str(k),
+        rows.append((run.label, fmt(alpha), fmt(c, 3), str(k),
                      fmt(calibrated_at(run, entry, k), 2, "x"),
                      DASH if best is None else str(best),
                      fmt(calibrated_at(run, entry, best), 2, "x"),
@@ -161,9 +161,9 @@ def per_position_table(runs: Sequence[Run]) -> str:
     for run, entry in entries:
         per_pos = entry["acceptance"]["per_position"]
         alpha, _ = alpha_and_c(entry)
-        rows.append([run.name, "measured"] + [fmt(v) for v in per_pos]
+        rows.append([run.label, "measured"] + [fmt(v) for v in per_pos]
                     + [""] * (width - len(per_pos)))
-        rows.append([run.name, "alpha^i"] + [
+        rows.append([run.label, "alpha^i"] + [
             fmt(alpha ** (i + 1)) if alpha is not None else DASH
             for i in range(len(per_pos))] + [""] * (width - len(per_pos)))
     return markdown_table(header, rows)

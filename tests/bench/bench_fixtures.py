@@ -39,3 +39,15 @@ def save_feature_draft(directory, target_spec=TINY, seed=2, **overrides) -> str:
 
 # A fingerprint no target has: the draft refuses every target, in one line.
 FOREIGN = dict(target_fingerprint="0123456789abcdef", target_name="zoo:some-other-target")
+
+
+def save_medusa_heads(directory, target_spec=TINY, seed=3, **overrides) -> str:
+    """Saves random `tfspec.models.MedusaHeads` (3 heads) for the (random) target of
+    `target_spec` and returns the directory, a --medusa SPEC."""
+    import tfspec  # pylint: disable=import-outside-toplevel
+    from bench import models as bench_models  # pylint: disable=import-outside-toplevel
+    from tfspec.models import MedusaConfig, MedusaHeads  # pylint: disable=import-outside-toplevel
+
+    target = bench_models.load(target_spec, seed=0)
+    config = MedusaConfig.for_target(target, **{"heads": 3, "d_ff": 16, **overrides})
+    return tfspec.save_model(MedusaHeads(config, seed=seed), str(directory))

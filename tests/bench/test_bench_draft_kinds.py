@@ -10,7 +10,7 @@ import pytest
 from bench import draft_kinds
 from bench import models as bench_models
 from tests.bench.bench_fixtures import (CONTRACT_KEYS, FOREIGN, TINY, TINY_DRAFT,
-                                        save_feature_draft)
+                                        save_feature_draft, save_medusa_heads)
 
 KS = (1, 2)
 TEMPERATURES = (0.0, 1.0)
@@ -23,20 +23,25 @@ def feature_draft(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def medusa(tmp_path_factory):
+    return save_medusa_heads(tmp_path_factory.mktemp("medusa"))
+
+
+@pytest.fixture(scope="module")
 def foreign(tmp_path_factory):
     """A feature draft trained for another target: it refuses the tiny one."""
     return save_feature_draft(tmp_path_factory.mktemp("foreign"), **FOREIGN)
 
 
 @pytest.fixture(scope="module")
-def result(feature_draft, tmp_path_factory):
-    """One run of main over all four kinds, both temperatures and two ks: (JSON, stdout)."""
+def result(feature_draft, medusa, tmp_path_factory):
+    """One run of main over all five kinds, both temperatures and two ks: (JSON, stdout)."""
     out = tmp_path_factory.mktemp("out") / "draft_kinds.json"
     printed = io.StringIO()  # Module scope: capsys is per test.
     with contextlib.redirect_stdout(printed):
         draft_kinds.main(["--target", TINY, "--draft", TINY_DRAFT, "--feature_draft",
-                          feature_draft, "--k", ",".join(map(str, KS)), "--temperature",
-                          "0,1", "--json", str(out), *FAST])
+                          feature_draft, "--medusa", medusa, "--k", ",".join(map(str, KS)),
+                          "--temperature", "0,1", "--json", str(out), *FAST])
     return json.loads(out.read_text()), printed.getvalue()
 
 
@@ -49,7 +54,7 @@ def test_json_has_every_kind_temperature_and_k(result):
     assert [k["kind"] for k in payload["kinds"]] == list(draft_kinds.KINDS)
     assert all(k["skipped"] is None for k in payload["kinds"])
     assert {k["kind"]: k["class"] for k in payload["kinds"]} == {
-        "t5": "T5", "feature": "FeatureDraft", "ngram": "NGram",
+        "t5": "T5", "feature": "FeatureDraft", "medusa": "MedusaHeads", "ngram": "NGram",
         "prompt_lookup": "PromptLookup"}
     got = sorted((r["kind"], r["temperature"], r["k"]) for r in payload["records"])
     assert got == sorted((kind, t, k) for kind in draft_kinds.KINDS for t in TEMPERATURES
@@ -124,6 +129,7 @@ def test_a_missing_zoo_feature_draft_is_skipped_with_a_note(tmp_path, capsys):
     (["--kinds", "feature", "--feature_draft", TINY_DRAFT], "is not a feature draft (a T5)"),
     (["--kinds", "t5", "--draft", "NOWHERE"], "cannot load --draft NOWHERE"),
     (["--kinds", "t5,banana"], "--kinds takes a comma-separated subset"),
+    (["--kinds", "medusa", "--medusa", TINY_DRAFT], "is not a set of Medusa heads (a T5)"),
     (["--k", "1,auto"], '--k takes integers >= 1 here'),
     (["--temperature", "-1"], "--temperature takes comma-separated numbers >= 0"),
 ])
@@ -139,11 +145,13 @@ def test_bad_input_is_one_line_and_exit_2(flags, message, foreign, tmp_path, cap
     assert message in err, err
 
 
-def test_load_drafts_binds_the_feature_draft_and_adopts_the_vocabulary(feature_draft):
+def test_load_drafts_binds_the_feature_draft_and_adopts_the_vocabulary(feature_draft, medusa):
     target = bench_models.load(TINY)
     drafts, described = draft_kinds.load_drafts(
-        target, TINY, draft_kinds.KINDS, TINY_DRAFT, feature_draft, "ngram:unigram", 2)
+        target, TINY, draft_kinds.KINDS, TINY_DRAFT, feature_draft, "ngram:unigram", 2,
+        medusa_spec=medusa)
     assert drafts["feature"][1].target is target
+    assert drafts["medusa"][1].target is target
     assert drafts["prompt_lookup"][0] == "prompt_lookup:2"
     assert drafts["prompt_lookup"][1].max_ngram == 2
     assert all(d.vocab_size == target.vocab_size for _, d in drafts.values())

@@ -129,6 +129,31 @@ def test_main_writes_one_record_per_k_batch_temperature(tmp_path, capsys):
     assert result["target"] == TINY and result["draft"] == TINY_DRAFT
 
 
+def test_typical_acceptance_is_timed_beside_exact_and_labelled(tmp_path):
+    out = tmp_path / "speedup.json"
+    speedup.main(["--target", TINY, "--draft", TINY_DRAFT, "--k", "1,2", "--temperature", "1",
+                  "--acceptance", "exact,typical", "--typical_delta", "0.5",
+                  "--max_new_tokens", "6", "--repeats", "1", "--num_prompts", "2", "--eager",
+                  "--json", str(out)])
+    result = json.loads(out.read_text())
+    rules = [(r["acceptance"], r["k"], r["distribution_preserving"]) for r in result["records"]]
+    assert rules == [("exact", 1, True), ("exact", 2, True), ("typical", 1, False),
+                     ("typical", 2, False)]
+    assert result["typical"]["delta"] == 0.5 and not result["typical"]["distribution_preserving"]
+    for record in result["records"]:
+        _check_contract(record)
+
+
+@pytest.mark.parametrize("flags", [["--acceptance", "lenient"], ["--acceptance", ""],
+                                   ["--acceptance", "typical", "--typical_epsilon", "2"]])
+def test_bad_acceptance_flags_are_one_line_errors(flags, capsys):
+    with pytest.raises(SystemExit) as info:
+        speedup.main(["--target", TINY, "--draft", TINY_DRAFT, *flags])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) <= 2 and ("--acceptance" in err or "--typical_epsilon" in err)
+
+
 def test_checkpoint_prompts_are_tokenized_held_out_code(monkeypatch):
     import types
 
@@ -157,6 +182,13 @@ def test_main_fixed_costs_flag_measures_the_decomposition(tmp_path):
     assert result["fixed_costs"]
     _check_contract(record)
     assert math.isfinite(record["round_ms"]) and math.isfinite(record["spec_fixed_ms"])
+    # The speed-up with free rounds: the AR time of a request over the speculative fixed part.
+    requests = record["num_batches"]
+    ar_request_ms = record["ar_ms_per_token"] * record["tokens_ar"] / requests
+    if record["spec_fixed_ms"] > 0:
+        assert record["speedup_ceiling"] == pytest.approx(ar_request_ms / record["spec_fixed_ms"])
+    else:
+        assert math.isnan(record["speedup_ceiling"])
 
 
 def test_auto_is_a_k_entry_with_its_own_record(tmp_path):

@@ -179,6 +179,19 @@ def test_fingerprint_sees_a_one_ulp_change_anywhere(index):
     assert _fingerprint(changed) != _fingerprint(values)
 
 
+@pytest.mark.parametrize("size", [1, 13, 300_001])  # 300_001: split across threads
+def test_fingerprint_is_the_documented_pair_of_sums(size):
+    values = np.random.default_rng(4).standard_normal(size).astype(np.float32)
+    bits = values.view(np.uint32).astype(np.uint64)
+    odd = 2 * np.arange(size, dtype=np.uint64) + 1
+    mask = np.uint64(0xFFFFFFFF)
+    a = int(np.sum((bits * ((odd * np.uint64(0x9E3779B9)) & mask)) & mask) & mask)
+    b = int(np.sum(((bits ^ np.uint64(0x5BD1E995)) * ((odd * np.uint64(0x85EBCA6B)) & mask))
+                   & mask) & mask)
+    as_int32 = lambda x: x - (1 << 32) if x >= 1 << 31 else x  # noqa: E731
+    assert _fingerprint(values) == (as_int32(a), as_int32(b))
+
+
 def test_fingerprint_sees_swapped_elements():
     values = np.arange(1000, dtype=np.float32)
     swapped = values.copy()

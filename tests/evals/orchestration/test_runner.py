@@ -70,6 +70,25 @@ def test_describe():
     text = runner.describe("runs/x", summary)
     assert "pass@1 50.00" in text and "acceptance 0.750" in text
     assert "measured speed-up 1.50x" in text and "1 failed" in text
+    assert "NOT" not in text
+    from tfspec import acceptance  # pylint: disable=import-outside-toplevel
+    summary["acceptance"] = acceptance.describe("typical")
+    assert "does NOT follow the target's distribution (epsilon 0.09, delta 0.3)" in (
+        runner.describe("runs/x", summary))
+
+
+@pytest.mark.parametrize("values, record", [
+    ({}, {"rule": "exact", "distribution_preserving": True}),
+    ({"acceptance": "typical", "typical_epsilon": 0.2},
+     {"rule": "typical", "epsilon": 0.2, "delta": 0.3, "distribution_preserving": False}),
+    ({"acceptance": "typical", "k": 0}, None),  # Nothing is verified: no rule to record.
+])
+def test_summary_header_records_the_acceptance_rule(values, record):
+    header = runner.acceptance_record(build_run_spec({"task": "humaneval", **values}))
+    if record is None:
+        assert header is None
+    else:
+        assert {key: header[key] for key in record} == record
 
 
 def _completions_spec(tmp_path, **overrides):

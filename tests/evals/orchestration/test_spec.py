@@ -73,6 +73,12 @@ def test_completions_mode():
     ({"task": "humaneval", "data_source": "tfds"}, "--data_source tfds is not available"),
     ({"task": "humaneval", "runner": "DataflowRunner", "output_dir": "runs/x"},
      "pass --output_dir gs://"),
+    ({"task": "humaneval", "acceptance": "lenient"}, "--acceptance must be one of exact"),
+    ({"task": "humaneval", "typical_epsilon": 0.1}, "apply to --acceptance typical only"),
+    ({"task": "humaneval", "acceptance": "typical", "typical_epsilon": 0},
+     "--typical_epsilon must be in (0, 1]"),
+    ({"task": "humaneval", "acceptance": "typical", "typical_delta": -1},
+     "--typical_delta must be > 0"),
 ])
 def test_usage_errors_are_one_line(values, message):
     with pytest.raises(UsageError) as info:
@@ -93,3 +99,12 @@ def test_remote_runner_accepts_object_store_output():
                            "output_dir": "gs://bucket/run"})
     assert not run_spec.is_local_runner(spec.runner)
     assert run_spec.is_local_runner("DirectRunner")
+
+
+def test_typical_acceptance_is_part_of_a_runs_identity_and_its_arguments():
+    exact = build_run_spec({"task": "humaneval"})
+    typical = build_run_spec({"task": "humaneval", "acceptance": "typical",
+                              "typical_delta": 0.5})
+    assert exact.acceptance_args is None and exact.identity()["acceptance"] is None
+    assert typical.acceptance_args == {"rule": "typical", "epsilon": None, "delta": 0.5}
+    assert typical.identity() != exact.identity()  # A resume cannot mix the two rules.
