@@ -27,7 +27,7 @@ DEFAULT_SHOWN = {
     "bench.roofline": "(default:", "bench.loop_overhead": "(default: t5-base)",
     "bench.round_breakdown": "(default: 1,8)", "bench.peers": "(default: 4)",
     "bench.row_determinism": "(default: 1,2,8,32)",
-    "bench.draft_kinds": "(default: t5,feature,ngram,prompt_lookup)",
+    "bench.draft_kinds": "(default: t5,feature,medusa,ngram,prompt_lookup)",
     "recipes.tiny_code.train": "(default: all)", "tfspec.demo": "(default: 32)",
 }
 
