@@ -108,3 +108,12 @@ def test_typical_acceptance_is_part_of_a_runs_identity_and_its_arguments():
     assert exact.acceptance_args is None and exact.identity()["acceptance"] is None
     assert typical.acceptance_args == {"rule": "typical", "epsilon": None, "delta": 0.5}
     assert typical.identity() != exact.identity()  # A resume cannot mix the two rules.
+
+
+def test_the_typical_threshold_defaults_in_the_help_are_tfspecs():
+    from evals.orchestration import flags  # pylint: disable=import-outside-toplevel
+    from tfspec import acceptance  # pylint: disable=import-outside-toplevel
+    actions = {a.dest: a for a in flags.build_parser("evals.run", "")._actions}  # pylint: disable=protected-access
+    assert f"tfspec's, {acceptance.TYPICAL_EPSILON:g})" in actions["typical_epsilon"].help
+    assert f"tfspec's, {acceptance.TYPICAL_DELTA:g})" in actions["typical_delta"].help
+    assert tuple(actions["acceptance"].choices) == acceptance.RULES
