@@ -176,10 +176,8 @@ NOT_DISTRIBUTION_PRESERVING = ("typical acceptance (Medusa): above temperature 0
 def describe(acceptance) -> dict:
     """The JSON record of a rule, as summaries and reports carry it: {"rule": "exact",
     "distribution_preserving": True} or {"rule": "typical", "epsilon", "delta",
-    "distribution_preserving": False, "note"}. `acceptance`: as `generate` takes it, or such
-    a record (returned normalised)."""
-    if isinstance(acceptance, dict):
-        acceptance = from_record(acceptance)
+    "distribution_preserving": False, "note"}. `acceptance`: as `generate` takes it (a
+    record goes through `from_record` first)."""
     typical = resolve(acceptance)
     if typical is None:
         return {"rule": EXACT, "distribution_preserving": True}
