@@ -52,6 +52,19 @@ from tfspec.models.target_binding import TargetBoundDraft, kernel_applies
 ARCHITECTURE = "T5MedusaHeads"
 
 
+def _matmul(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """x [..., K] @ kernel [K, N] -> [..., N], as one 2-D product.
+
+    Not `tf.einsum("...k,kn->...n")`: TensorFlow's einsum gradient for a kernel without the
+    ellipsis materialises the per-position outer products [..., K, N] before summing them
+    (6 GB and 69 s for x [16, 256, 384] and a [384, 1024] kernel, against 0.07 s here),
+    which made the Medusa stage run out of memory.
+    """
+    rows = tf.reshape(x, [-1, tf.shape(x)[-1]])
+    out = tf.matmul(rows, kernel)
+    return tf.reshape(out, tf.concat([tf.shape(x)[:-1], tf.shape(kernel)[-1:]], 0))
+
+
 @dataclasses.dataclass(frozen=True)
 class MedusaConfig:
     """The shape of `MedusaHeads` (its `config.json`).
@@ -231,7 +244,7 @@ class MedusaHeads(TargetBoundDraft, keras.Model):
         """x float32 [..., K] @ a [K, n_dim] kernel: the panels in a kernel program."""
         if panel is not None:
             return kernels.matmul(x, panel, n_dim)
-        return tf.einsum("...k,kn->...n", x, kernel)
+        return _matmul(x, kernel)
 
     def head_states(self, features: tf.Tensor, ids: tf.Tensor, num_heads: int,
                     panels: Optional[MedusaPanels] = None, first_head: int = 0) -> tf.Tensor:
@@ -270,7 +283,7 @@ class MedusaHeads(TargetBoundDraft, keras.Model):
             states = states * (self._config.d_model ** -0.5)
         if lm_head_panels is not None:
             return kernels.matmul(states, lm_head_panels, self._config.draft_vocab_size)
-        return tf.einsum("...d,dn->...n", states, lm_head)
+        return _matmul(states, lm_head)
 
     # ------------------------------------------------------------------------ decoding
 

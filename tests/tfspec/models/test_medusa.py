@@ -353,3 +353,27 @@ def test_a_few_adam_steps_reduce_the_loss_on_a_fixed_batch(target, batch):
         grads = tape.gradient(loss, heads.trainable_variables)
         optimizer.apply_gradients(zip(grads, heads.trainable_variables))
     assert float(loss) < 0.9 * first
+
+
+def test_the_training_step_builds_no_per_position_weight_products(target, batch):
+    """The gradient of each head's products is one [K, N] matrix product: no tensor of the
+    traced step holds a [K, N] outer product per position (what TensorFlow's einsum
+    gradient over an ellipsis builds, 6 GB per batch at the embedded target's shapes)."""
+    heads = _heads(target, "token")
+    objective = medusa_training.MedusaObjective(target)
+
+    @tf.function
+    def gradients(batch):
+        with tf.GradientTape() as tape:
+            loss, _ = objective(heads, batch)
+        return tape.gradient(loss, heads.trainable_variables)
+
+    graph = gradients.get_concrete_function(batch).graph
+    sizes = [shape.num_elements() for op in graph.get_operations() for shape in
+             (t.shape for t in op.outputs) if shape.is_fully_defined()]
+    rows = int(np.prod(batch["decoder_input_ids"].shape))
+    # The widest legitimate tensor is a row of logits (or the concatenated input) per position.
+    widest = rows * max(VOCAB, 2 * TARGET_CONFIG.d_model, HEADS["token"]["d_ff"])
+    assert max(sizes) <= heads.heads * widest, max(sizes)
+    # Any [B, T, K, N] product would be at least rows * d_model * d_ff elements.
+    assert max(sizes) < rows * TARGET_CONFIG.d_model * HEADS["token"]["d_ff"]
