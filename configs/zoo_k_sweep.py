@@ -1,4 +1,4 @@
-r"""Embedded default K sweep (K = 0..8): the data of Chen et al. Figure 1, offline.
+r"""Embedded default K sweep (K = 0..8 and "auto"): the data of Chen et al. Figure 1, offline.
 
 Command (from the repository root; runs offline on a CPU):
 
@@ -61,7 +61,7 @@ def get_config(arg=None):
         task=task,
         target="zoo:tiny-code-target",
         draft="zoo:tiny-code-draft",
-        k_sweep="0,1,2,3,4,5,6,7,8",
+        k_sweep="0,1,2,3,4,5,6,7,8,auto",
         k=4,
         temperature=temperature,
         max_new_tokens=MAX_NEW_TOKENS[task],
