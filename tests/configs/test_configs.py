@@ -113,7 +113,7 @@ def test_every_published_row_has_a_config():
     zoo = [s for n, s in specs if n == "zoo_k_sweep.py"]
     assert {(s.task, s.temperature) for s in zoo} == {
         ("humaneval", 0.0), ("humaneval", 1.0), ("docsum", 0.0), ("docsum", 1.0)}
-    assert all(s.ks == tuple(range(9)) for s in zoo)
+    assert all(s.ks == tuple(range(9)) + ("auto",) for s in zoo)
 
 
 def test_bad_variant_is_rejected():
