@@ -1,4 +1,5 @@
-"""The shipped embedded pair: `zoo:tiny-code-target` and `zoo:tiny-code-draft`.
+"""The shipped embedded pair (`zoo:tiny-code-target`, `zoo:tiny-code-draft`) and the drafts bound
+to its target.
 
 These tests load the committed weights offline and decode held-out prompts with them, so they
 fail if the weights, their model cards or the package data go missing.
@@ -92,3 +93,35 @@ def test_generates_readable_code(pair, heldout_prompts):
                           sampling=tfspec.Sampling(temperature=0.0))
     text = tokenizer.decode(out.row_tokens(0))
     assert text.strip() and tokenizer.unk_id not in out.row_tokens(0)
+
+
+# Drafts bound to the shipped target (they store none of its weights) and the k each
+# proposes per round in the test below.
+BOUND_DRAFTS = {"tiny-code-eagle": 3}
+
+
+@pytest.mark.parametrize("name", sorted(BOUND_DRAFTS))
+def test_bound_draft_is_small_exact_in_greedy_and_refuses_another_target(pair, heldout_prompts,
+                                                                         name):
+    target, _ = pair
+    directory = os.path.join(ZOO_DIR, name)
+    assert sum(os.path.getsize(os.path.join(directory, n))
+               for n in os.listdir(directory)) <= 15 * 1024 * 1024
+    card = open(os.path.join(directory, "MODEL_CARD.md"), encoding="utf-8").read()
+    for needed in ("Parameters", "acceptance_rate", "steps", "fingerprint"):
+        assert needed in card, needed
+    draft = tfspec.load_model(f"zoo:{name}")
+    greedy = tfspec.Sampling(temperature=0.0)
+    k = BOUND_DRAFTS[name]
+    baseline = tfspec.generate(target, heldout_prompts, k=0, max_new_tokens=32, sampling=greedy)
+    spec = tfspec.generate(target, heldout_prompts, draft=draft, k=k, max_new_tokens=32,
+                           sampling=greedy)
+    np.testing.assert_array_equal(spec.lengths, baseline.lengths)
+    for row in range(len(heldout_prompts)):
+        n = int(baseline.lengths[row])
+        np.testing.assert_array_equal(spec.tokens[row, :n], baseline.tokens[row, :n])
+    # Trained heads agree with their target well above chance (~0 for random weights).
+    assert spec.stats.acceptance_rate > 0.3
+    other = tfspec.models.T5(target.config, seed=1)  # The target's shapes, other weights.
+    with pytest.raises(ValueError, match="fingerprint"):
+        tfspec.generate(other, heldout_prompts[:1], draft=draft, k=1, max_new_tokens=2)
