@@ -1,4 +1,4 @@
-"""Draft kinds side by side: a T5 draft, a feature draft, NGram and PromptLookup, one target.
+"""Draft kinds side by side: a T5 draft, a feature draft, Medusa heads, NGram and PromptLookup.
 
 For one target (default the embedded zoo:tiny-code-target) at batch 1 on the held-out prompt
 pool, each temperature is one interleaved run (`timing.interleaved_runs`, as in

@@ -14,7 +14,8 @@ from evals.orchestration import spec as run_spec
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG_DIR = os.path.join(ROOT, "configs")
 # Training recipes (recipes.tiny_code.train), not evals.run configs: they only have to load.
-TRAIN_CONFIGS = ("zoo_tiny_code.py", "zoo_draft_objectives.py", "zoo_tiny_code_eagle.py")
+TRAIN_CONFIGS = ("zoo_tiny_code.py", "zoo_draft_objectives.py", "zoo_tiny_code_eagle.py",
+                 "zoo_tiny_code_medusa.py")
 # Helpers the configs import, not configs themselves.
 HELPER_MODULES = ("common.py",)
 

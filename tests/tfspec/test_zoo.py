@@ -97,7 +97,7 @@ def test_generates_readable_code(pair, heldout_prompts):
 
 # Drafts bound to the shipped target (they store none of its weights) and the k each
 # proposes per round in the test below.
-BOUND_DRAFTS = {"tiny-code-eagle": 3}
+BOUND_DRAFTS = {"tiny-code-eagle": 3, "tiny-code-medusa": 3}
 
 
 @pytest.mark.parametrize("name", sorted(BOUND_DRAFTS))

@@ -271,11 +271,18 @@ def continuations(config, model, data: Data, path: str, what: str, count: int, s
     `path` (JSONL; a resumed stage reads the very same examples back)."""
     if not count:
         return []
+    wanted = min(count, len(data.train))
     if os.path.exists(path):
-        return distill.load_examples(path)
+        cached = distill.load_examples(path)
+        if len(cached) != wanted:
+            # A resumed stage must train on what it started with; a changed count would
+            # otherwise be silently ignored (and misreported in the model card).
+            raise ValueError(f"{path} holds the {what} of {len(cached)} prompts but the "
+                             f"recipe asks for {wanted}; restore the recipe's count or "
+                             "delete the file to generate them again.")
+        return cached
     rng = np.random.default_rng([config.seeds["draft_data"], salt])
-    picked = np.sort(rng.choice(len(data.train), size=min(count, len(data.train)),
-                                replace=False))
+    picked = np.sort(rng.choice(len(data.train), size=wanted, replace=False))
     log(f"[train] generating the {what} of {len(picked)} training prompts "
         f"(temperature {temperature:g})")
     generated = distill.generated_examples(

@@ -69,3 +69,22 @@ def test_a_capped_stage_is_continued_by_a_longer_run(tiny_data, tmp_path):
     steps = [r["step"] for r in trainer_lib.read_log(os.path.join(workdir, "target",
                                                                   "log.jsonl")) if "loss" in r]
     assert steps == [1, 3]
+
+
+MEDUSA_CONFIG = os.path.join(os.path.dirname(CONFIG), "zoo_tiny_code_medusa.py")
+
+
+def test_medusa_stage_trains_heads_on_the_finished_target_and_exports_them(tiny_data,
+                                                                           tmp_path):
+    workdir, zoo = str(tmp_path / "work"), str(tmp_path / "zoo")
+    main(["--config", CONFIG + ":smoke", "--workdir", workdir, "--stage", "target",
+          "--max_steps", "1"] + FLAGS)
+    medusa = ["--config", MEDUSA_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
+              "--set", "medusa.warmup_steps=1"] + FLAGS
+    results = main(medusa + ["--stage", "medusa", "--max_steps", "2"])
+    assert results["medusa"]["steps"] == 2
+    log = trainer_lib.read_log(os.path.join(workdir, "medusa", "log.jsonl"))
+    assert {"overlap_1", "overlap_3", "greedy_match_3"} <= set(log[0])
+    exported = main(medusa + ["--stage", "medusa_export"])["medusa_export"]
+    card = open(os.path.join(zoo, "tiny-code-medusa", "MODEL_CARD.md")).read()
+    assert "Medusa heads" in card and exported["size_mb"] < 15

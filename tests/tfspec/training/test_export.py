@@ -64,6 +64,19 @@ def test_draft_stage_adds_the_targets_cached_continuations(trained):
     assert all(len(g.target_ids) <= config.draft.generated_max_new_tokens for g in generated)
 
 
+def test_cached_continuations_of_another_count_are_refused(trained):
+    """A resumed stage whose recipe now asks for another number of continuations stops with
+    one line instead of training on (and reporting) the old count."""
+    config, data, workdir, _, _ = trained
+    path = os.path.join(workdir, "draft", stages.GENERATED_FILE)
+    cached = len(stages.target_generated(config, workdir, None, data))
+    with pytest.raises(ValueError, match=f"holds the .* of {cached} prompts but the recipe "
+                                         f"asks for {cached - 1}; .*delete the file"):
+        stages.continuations(config, None, data, path, "target's continuations",
+                             count=cached - 1, salt=0, temperature=0.0, max_new_tokens=4,
+                             batch_size=1, id_prefix="x", progress=False)
+
+
 def test_draft_stage_needs_a_finished_target(tmp_path):
     config = _tiny_config()
     with pytest.raises(RuntimeError, match="target stage"):
