@@ -47,6 +47,21 @@ def heldout_prompts():
     return [tokenizer.encode(rows[i]["prompt"])[-200:] for i in sorted(picked)]
 
 
+def _greedy_speculative_equal_to_autoregressive(target, draft, prompts, k):
+    """Asserts greedy speculative tokens equal autoregressive ones row by row (32 new
+    tokens, some of them real); returns the speculative `Generation`."""
+    greedy = tfspec.Sampling(temperature=0.0)
+    baseline = tfspec.generate(target, prompts, k=0, max_new_tokens=32, sampling=greedy)
+    spec = tfspec.generate(target, prompts, draft=draft, k=k, max_new_tokens=32,
+                           sampling=greedy)
+    np.testing.assert_array_equal(spec.lengths, baseline.lengths)
+    for row in range(len(prompts)):
+        n = int(baseline.lengths[row])
+        np.testing.assert_array_equal(spec.tokens[row, :n], baseline.tokens[row, :n])
+    assert int(np.sum(baseline.lengths)) > 0
+    return spec
+
+
 def test_zoo_lists_the_pair_with_cards_and_small_bf16_weights():
     assert set(NAMES) <= set(checkpoints.zoo_names())
     total = 0
@@ -72,15 +87,7 @@ def test_draft_is_much_smaller_than_target(pair):
 def test_greedy_speculative_equals_autoregressive_and_drafts_are_accepted(pair, heldout_prompts,
                                                                          k):
     target, draft = pair
-    greedy = tfspec.Sampling(temperature=0.0)
-    baseline = tfspec.generate(target, heldout_prompts, k=0, max_new_tokens=32, sampling=greedy)
-    spec = tfspec.generate(target, heldout_prompts, draft=draft, k=k, max_new_tokens=32,
-                           sampling=greedy)
-    np.testing.assert_array_equal(spec.lengths, baseline.lengths)
-    for row in range(len(heldout_prompts)):
-        n = int(baseline.lengths[row])
-        np.testing.assert_array_equal(spec.tokens[row, :n], baseline.tokens[row, :n])
-    assert int(np.sum(baseline.lengths)) > 0
+    spec = _greedy_speculative_equal_to_autoregressive(target, draft, heldout_prompts, k)
     # A distilled draft agrees with its target on most greedy tokens (the shipped pair measured
     # well above this on 64 prompts; see the model cards). A random draft scores ~0.
     assert spec.stats.acceptance_rate > 0.4
@@ -111,15 +118,8 @@ def test_bound_draft_is_small_exact_in_greedy_and_refuses_another_target(pair, h
     for needed in ("Parameters", "acceptance_rate", "steps", "fingerprint"):
         assert needed in card, needed
     draft = tfspec.load_model(f"zoo:{name}")
-    greedy = tfspec.Sampling(temperature=0.0)
-    k = BOUND_DRAFTS[name]
-    baseline = tfspec.generate(target, heldout_prompts, k=0, max_new_tokens=32, sampling=greedy)
-    spec = tfspec.generate(target, heldout_prompts, draft=draft, k=k, max_new_tokens=32,
-                           sampling=greedy)
-    np.testing.assert_array_equal(spec.lengths, baseline.lengths)
-    for row in range(len(heldout_prompts)):
-        n = int(baseline.lengths[row])
-        np.testing.assert_array_equal(spec.tokens[row, :n], baseline.tokens[row, :n])
+    spec = _greedy_speculative_equal_to_autoregressive(target, draft, heldout_prompts,
+                                                       BOUND_DRAFTS[name])
     # Trained heads agree with their target well above chance (~0 for random weights).
     assert spec.stats.acceptance_rate > 0.3
     other = tfspec.models.T5(target.config, seed=1)  # The target's shapes, other weights.
