@@ -3,7 +3,8 @@ r"""Regenerates the embedded-default example report: `python -m evals.report_exa
 Runs `python -m evals.run` with `configs/zoo_k_sweep.py` for HumanEval and docsum at
 temperature 0 and 1 (K = 0..8 each; every sweep also holds the autoregressive baseline and
 the k = 4 speculative run, so its summary.json feeds the Table 2 / Table 1 layouts), then
-builds the report from the four run directories:
+builds the report from the four run directories, with the draft-kinds section from
+`bench/results/draft_kinds_t0.json` and `draft_kinds_t1.json` (`python -m bench.draft_kinds`):
 
     python -m evals.report_example                       # runs/embedded_default/* and
                                                          # reports/embedded_default/
@@ -26,11 +27,15 @@ from typing import List, Optional, Sequence
 from evals import cli
 from evals import console
 from evals import report
+from evals.report.draft_kinds import load_draft_kinds
 
 SWEEPS = ("humaneval-t0", "humaneval-t1", "docsum-t0", "docsum-t1")
 CONFIG = os.path.join("configs", "zoo_k_sweep.py")
 DEFAULT_RUNS_DIR = os.path.join("runs", "embedded_default")
 DEFAULT_OUT = os.path.join("reports", "embedded_default")
+DRAFT_KINDS = tuple(os.path.join("bench", "results", f"draft_kinds_t{t}.json") for t in (0, 1))
+"""`python -m bench.draft_kinds --temperature T --json FILE` results for the draft-kinds
+section (the README's commands); the ones that exist are used."""
 
 
 def run_dir(runs_dir: str, sweep: str) -> str:
@@ -69,6 +74,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="run only this sweep (repeatable; default: all)")
     parser.add_argument("--rerun", action="store_true",
                         help="run the sweeps again instead of resuming them")
+    parser.add_argument("--draft_kinds", action="append", metavar="JSON",
+                        help="bench.draft_kinds results for the draft-kinds section "
+                             "(repeatable; default: those of bench/results that exist)")
     parser.add_argument("--dry_run", action="store_true",
                         help="print the commands without running them")
     args = parser.parse_args(argv)
@@ -83,12 +91,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       file=sys.stderr)
                 return code
     dirs = [run_dir(args.runs_dir, s) for s in sweeps]
-    print(f"$ python -m evals.report {' '.join(dirs)} --out {args.out}", flush=True)
+    kinds = args.draft_kinds or [path for path in DRAFT_KINDS if os.path.isfile(path)]
+    print(f"$ python -m evals.report {' '.join(dirs)} --out {args.out}"
+          + "".join(f" --draft_kinds {path}" for path in kinds), flush=True)
     if args.dry_run:
         return 0
     try:
         runs = report.load_runs(dirs)
-        path = report.build_report(runs, args.out)
+        path = report.build_report(runs, args.out, [load_draft_kinds(p) for p in kinds])
     except report.ReportError as e:
         print(f"evals.report_example: error: {e}", file=sys.stderr)
         return report.EXIT_USAGE

@@ -30,27 +30,33 @@ docs/design.md section 6), prints each run's headline numbers (`evals.console`) 
   ms/token x tokens per round; ms/token at K = 0) against K, plus p50/p90/p99 sequence time
   against K (the tail-latency spread), and a table of the same numbers.
 
+* With `--draft_kinds JSON` (one per temperature), the "Draft kinds side by side" section:
+  `python -m bench.draft_kinds` results, one row per kind of draft with its best k,
+  speed-up, beta and c at each temperature (`evals.report.draft_kinds`).
+
 Regenerating the embedded-default example report (`reports/embedded_default/`) is one
 command, `python -m evals.report_example` (see that module).
 
 Library use (no Beam, no absl, no TensorFlow): `load_run(path)`, `build_report(runs, out)`.
 
-Modules, top-down: `cli` (the command) -> `document` (report.md) -> `tables` and `figures`
--> `analysis` (the derived numbers) -> `runs` (reading run directories).
+Modules, top-down: `cli` (the command) -> `document` (report.md) -> `draft_kinds` (its
+section from bench results), `tables` and `figures` -> `analysis` (the derived numbers) ->
+`runs` (reading run directories).
 """
 
 from evals.report.analysis import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, DASH, HEADLINE_METRICS,
                                    agreement, alpha_and_c, bootstrap_pass1, calibrated_at,
                                    calibrated_k, greedy_mismatches, headline_metric,
                                    loop_time_ms, quality_bounds, recommended_k, sweep_rows)
-from evals.report.cli import main
+from evals.report.cli import EXIT_USAGE, main
 from evals.report.document import build_report
 from evals.report.figures import per_position_figure, speedup_figure, sweep_figure
 from evals.report.runs import Run, ReportError, load_run, load_runs
 from evals.report.tables import (chen_table, fmt, leviathan_table, per_position_table,
                                  recommendation_table, sweep_table)
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "DASH", "HEADLINE_METRICS", "ReportError",
+__all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "DASH", "EXIT_USAGE", "HEADLINE_METRICS",
+           "ReportError",
            "Run", "agreement", "alpha_and_c", "bootstrap_pass1", "build_report",
            "calibrated_at", "calibrated_k", "chen_table", "fmt", "greedy_mismatches",
            "headline_metric", "leviathan_table", "load_run", "load_runs", "loop_time_ms", "main",

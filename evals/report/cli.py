@@ -4,6 +4,7 @@ import sys
 from typing import Optional, Sequence
 
 from evals.report.document import build_report
+from evals.report.draft_kinds import load_draft_kinds
 from evals.report.runs import ReportError, load_runs
 
 EXIT_USAGE = 2
@@ -20,14 +21,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="evals.run output directories (summary.json, sweep.json)")
     parser.add_argument("--out", required=True, metavar="REPORT_DIR",
                         help="where report.md and the figures are written")
+    parser.add_argument("--draft_kinds", action="append", default=[], metavar="JSON",
+                        help="a `python -m bench.draft_kinds --json` result to lay out as "
+                             "the 'Draft kinds side by side' section (repeatable: one per "
+                             "temperature)")
     args = parser.parse_args(argv)
     try:
         runs = load_runs(args.run_dirs)
+        draft_kinds = [load_draft_kinds(path) for path in args.draft_kinds]
     except ReportError as e:
         print(f"evals.report: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        path = build_report(runs, args.out)
+        path = build_report(runs, args.out, draft_kinds)
     except OSError as e:
         print(f"evals.report: error: cannot write {args.out}: {e.strerror}", file=sys.stderr)
         return EXIT_USAGE

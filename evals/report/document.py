@@ -2,9 +2,10 @@
 
 import os
 import re
-from typing import Sequence
+from typing import Any, Dict, Sequence
 
 from evals.report.analysis import DASH
+from evals.report.draft_kinds import draft_kinds_section
 from evals.report.figures import per_position_figure, speedup_figure, sweep_figure, describe
 from evals.report.runs import Run
 from evals.report.tables import (chen_table, fmt, leviathan_table, markdown_table,
@@ -33,8 +34,16 @@ def runs_table(runs: Sequence[Run]) -> str:
     return markdown_table(header, rows)
 
 
-def build_report(runs: Sequence[Run], out_dir: str) -> str:
-    """Writes `out_dir/report.md` and its PNG figures; returns the report's path."""
+def build_report(runs: Sequence[Run], out_dir: str,
+                 draft_kinds: Sequence[Dict[str, Any]] = ()) -> str:
+    """Writes `out_dir/report.md` and its PNG figures; returns the report's path.
+
+    Args:
+      runs: the loaded run directories (`load_runs`).
+      out_dir: where report.md and its figures go (created if missing).
+      draft_kinds: `bench.draft_kinds` results (`evals.report.draft_kinds.load_draft_kinds`)
+        for a "Draft kinds side by side" section; none, no section.
+    """
     os.makedirs(out_dir, exist_ok=True)
     parts = [
         "# Speculative decoding report",
@@ -106,6 +115,7 @@ def build_report(runs: Sequence[Run], out_dir: str) -> str:
             path = sweep_figure(run, os.path.join(out_dir, f"sweep_{slug(run.name)}.png"))
             if path:
                 parts += [f"![K sweep, {run.name}]({os.path.basename(path)})", ""]
+    parts += draft_kinds_section(draft_kinds)
     report_path = os.path.join(out_dir, "report.md")
     with open(report_path, "w", encoding="utf-8") as f:
         f.write("\n".join(parts))
