@@ -41,8 +41,18 @@ bench/speedup.py), plus
     rows_differing       at temperature 0: how many prompts differ (0 when identical)
 
 and a summary per (kind, temperature): the best k by speed-up, that speed-up, its beta_mean,
-acceptance rate and c, printed as a markdown table (one row per kind, one group of columns
-per temperature) after the full table of records.
+acceptance rate, c and `step_cost_ratio`, printed as a markdown table (one row per kind, one
+group of columns per temperature) after the full table of records.
+
+c (`draft_cost_ratio`) compares whole requests per loop step, so a draft that decodes alone
+behind the target's encoder (feature drafts, Medusa heads: `alone()`) is charged that encoder
+over its few steps. The target and every draft alone are therefore also timed, interleaved
+with the rest, stopped after one step (max_new_tokens = 1), which splits each time into a
+per-request and a per-step part (bench.speedup's --fixed_costs method): the records'
+`target_step_ms` and `draft_step_ms`, and the summary's
+
+    step_cost_ratio      draft_step_ms / target_step_ms: what one draft step costs in the
+                         loop, in target steps (nan when the run is too short to split)
 
     python -m bench.draft_kinds --json bench/results/draft_kinds.json
     python -m bench.draft_kinds --kinds t5,prompt_lookup --k 2,4 --temperature 0
@@ -271,10 +281,20 @@ def measure(target, drafts: Dict[str, tuple], batches, ks: Sequence[int],
                                      draft=draft, jit_compile=jit_compile)
 
     kinds = list(drafts)
-    fns = [call(target)]
-    fns += [call(bench_models.draft_alone(drafts[kind][1], target)) for kind in kinds]
+    alone = [bench_models.draft_alone(drafts[kind][1], target) for kind in kinds]
+    fns = [call(target)] + [call(model) for model in alone]
     fns += [call(target, k, drafts[kind][1]) for kind in kinds for k in ks]
-    times, gens = timing.interleaved_runs(fns, repeats)
+    # The target and every draft alone once more, stopped after one step: that splits their
+    # times into per-request and per-step parts (`speedup_lib.split_phases`), so c can also
+    # be read per step. A feature draft or Medusa heads decode alone behind the target's
+    # encoder, which the whole-request c charges to their few steps.
+    one_step = ([speedup_lib.decode_fn(model, batches, 0, sampling, 1, seed,
+                                       jit_compile=jit_compile) for model in [target] + alone])
+    all_times, all_gens = timing.interleaved_runs(fns + one_step, repeats)
+    times, gens = all_times[:len(fns)], all_gens[:len(fns)]
+    steps = [speedup_lib.split_phases(full, one, speedup_lib.loop_steps(full_gens), len(batches))
+             for full, one, full_gens in zip(times, all_times[len(fns):], gens)]
+    nan = (float("nan"), float("nan"))
     greedy = sampling.temperature == 0
     records = []
     for i, kind in enumerate(kinds):
@@ -283,13 +303,23 @@ def measure(target, drafts: Dict[str, tuple], batches, ks: Sequence[int],
         spec_gens = gens[spec_at:spec_at + len(ks)]
         kind_records = speedup_lib.records_from_runs(
             ks, batches, sampling, [times[0], times[1 + i], *spec_times],
-            [gens[0], gens[1 + i], *spec_gens])
+            [gens[0], gens[1 + i], *spec_gens],
+            phases=[steps[0], steps[1 + i]] + [nan] * len(ks))
         for record, k_gens in zip(kind_records, spec_gens):
             differing = rows_differing(gens[0], k_gens) if greedy else None
             records.append({"kind": kind, "draft": drafts[kind][0], **record,
                             "identical_to_ar": None if differing is None else differing == 0,
                             "rows_differing": differing})
     return records
+
+
+def step_cost_ratio(record: dict) -> float:
+    """c per step: a draft step's time over a target step's, each with its per-request part
+    (encoders, call) split off (`draft_step_ms / target_step_ms`; nan when unsplittable)."""
+    draft_ms = record.get("draft_step_ms", float("nan"))
+    if not draft_ms > 0:  # nan, or noise larger than a step (too few steps to split).
+        return float("nan")
+    return speedup_lib.ratio(draft_ms, record.get("target_step_ms", float("nan")))
 
 
 def summarize(records: Sequence[dict], kinds: Sequence[str],
@@ -311,6 +341,7 @@ def summarize(records: Sequence[dict], kinds: Sequence[str],
                         "beta_mean": best["beta_mean"],
                         "acceptance_rate": best["acceptance_rate"],
                         "draft_cost_ratio": best["draft_cost_ratio"],
+                        "step_cost_ratio": step_cost_ratio(best),
                         "ar_ms_per_token": best["ar_ms_per_token"],
                         "spec_ms_per_token": best["spec_ms_per_token"],
                         "identical_to_ar": None if None in flags else all(flags)})
@@ -333,7 +364,8 @@ def markdown_table(summary: Sequence[dict], described: Sequence[dict],
     greedy outputs equalled autoregressive ones; skipped kinds listed below the table."""
     header = ["kind", "draft"]
     for t in temperatures:
-        header += [f"T={t:g} best k", f"T={t:g} speed-up", f"T={t:g} beta", f"T={t:g} c"]
+        header += [f"T={t:g} best k", f"T={t:g} speed-up", f"T={t:g} beta", f"T={t:g} c",
+                   f"T={t:g} c per step"]
     header.append("greedy = AR")
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     by_key = {(s["kind"], s["temperature"]): s for s in summary}
@@ -348,10 +380,10 @@ def markdown_table(summary: Sequence[dict], described: Sequence[dict],
         for t in temperatures:
             s = by_key.get((kind, t))
             if s is None:
-                row += ["-"] * 4
+                row += ["-"] * 5
                 continue
             row += [_cell(s["best_k"]), _cell(s["speedup"]) + "x", _cell(s["beta_mean"], 3),
-                    _cell(s["draft_cost_ratio"], 3)]
+                    _cell(s["draft_cost_ratio"], 3), _cell(s.get("step_cost_ratio"), 3)]
             if s["identical_to_ar"] is not None:
                 identical = s["identical_to_ar"]
         row.append(_cell(identical))

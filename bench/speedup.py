@@ -253,8 +253,9 @@ def _real_tokens(gens) -> int:
     return int(sum(np.sum(gen.lengths) for gen in gens))
 
 
-def _loop_steps(gens) -> int:
-    # Each loop runs until its slowest row finishes: one iteration per round of that row.
+def loop_steps(gens) -> int:
+    """Loop iterations of a timed call's `Generation`s: each loop runs until its slowest row
+    finishes, one iteration per round (or step) of that row."""
     return max(1, sum(int(np.max(gen.stats.rounds)) for gen in gens))
 
 
@@ -326,7 +327,7 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     all_times, all_gens = timing.interleaved_runs(fns + first_fns, repeats)
     times, gens = all_times[:len(fns)], all_gens[:len(fns)]
     nan = float("nan")
-    phases = ([split_phases(full, one, _loop_steps(full_gens), len(batches))
+    phases = ([split_phases(full, one, loop_steps(full_gens), len(batches))
                for full, one, full_gens in zip(times, all_times[len(fns):], gens)]
               if fixed_costs else [(nan, nan)] * len(fns))
     return records_from_runs([k for k, _ in entries], batches, sampling, times, gens, phases,
@@ -370,10 +371,10 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
     ar_time, draft_time = times[0], times[1]
     ar_gen, draft_gen = gens[0], gens[1]
     (target_step_s, ar_fixed_s), (draft_step_s, _) = phases[0], phases[1]
-    decode_ar_ms = 1e3 * target_step_s * _loop_steps(ar_gen) / max(1, _real_tokens(ar_gen))
+    decode_ar_ms = 1e3 * target_step_s * loop_steps(ar_gen) / max(1, _real_tokens(ar_gen))
     ar_ms = 1e3 * ar_time / max(1, _real_tokens(ar_gen))
-    target_step = ar_time / _loop_steps(ar_gen)
-    draft_step = draft_time / _loop_steps(draft_gen)
+    target_step = ar_time / loop_steps(ar_gen)
+    draft_step = draft_time / loop_steps(draft_gen)
     c = walltime.draft_cost_ratio(draft_step, target_step)
     records = []
     acceptances = list(acceptances or [acceptance_lib.EXACT] * len(ks))
@@ -389,14 +390,14 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
         predicted = nan if auto else _formula_or_nan(a, k, c)
         speedup = ar_ms / spec_ms
         formula_round_s = (drafts_per_round if auto else k) * draft_step_s + target_step_s
-        decode_spec_ms = (1e3 * round_s * _loop_steps(spec_gens)
+        decode_spec_ms = (1e3 * round_s * loop_steps(spec_gens)
                           / max(1, _real_tokens(spec_gens)))
-        decode_speedup = _ratio(decode_ar_ms, decode_spec_ms)
+        decode_speedup = ratio(decode_ar_ms, decode_spec_ms)
         # AR time per request over the speculative call's fixed part: the speed-up left if
         # every round were free.
-        ceiling = _ratio(ar_time / len(batches), spec_fixed_s)
+        ceiling = ratio(ar_time / len(batches), spec_fixed_s)
         decode_predicted = (nan if auto else
-                            _formula_or_nan(a, k, _ratio(draft_step_s, target_step_s)))
+                            _formula_or_nan(a, k, ratio(draft_step_s, target_step_s)))
         modes = [gen.mode for gen in spec_gens]
         records.append({
             "k": AUTO if auto else int(k), "acceptance": rule,
@@ -407,7 +408,7 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
             "ar_ms_per_token": ar_ms, "spec_ms_per_token": spec_ms, "speedup": speedup,
             "acceptance_rate": stats.acceptance_rate, "beta_mean": stats.beta_mean,
             "draft_cost_ratio": c, "predicted_speedup": predicted,
-            "speedup_over_predicted": _ratio(speedup, predicted),
+            "speedup_over_predicted": ratio(speedup, predicted),
             "tokens_ar": _real_tokens(ar_gen), "tokens_spec": _real_tokens(spec_gens),
             "rounds": int(np.sum(stats.rounds)),
             "mean_tokens_per_round": stats.mean_tokens_per_round,
@@ -416,10 +417,10 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
             "ar_fixed_ms": 1e3 * ar_fixed_s, "spec_fixed_ms": 1e3 * spec_fixed_s,
             "target_step_ms": 1e3 * target_step_s, "draft_step_ms": 1e3 * draft_step_s,
             "round_ms": 1e3 * round_s, "formula_round_ms": 1e3 * formula_round_s,
-            "round_over_formula": _ratio(round_s, formula_round_s),
+            "round_over_formula": ratio(round_s, formula_round_s),
             "decode_speedup": decode_speedup,
             "decode_predicted_speedup": decode_predicted,
-            "decode_over_predicted": _ratio(decode_speedup, decode_predicted),
+            "decode_over_predicted": ratio(decode_speedup, decode_predicted),
             "speedup_ceiling": ceiling,
             "mean_drafts_per_round": drafts_per_round,
             "auto_speculative_fraction": (modes.count(adaptive.SPECULATIVE) / len(modes)
@@ -445,7 +446,8 @@ def split_phases(full_s: float, one_s: float, iterations: int, calls: int) -> tu
     return per_iteration, one_s / calls - per_iteration
 
 
-def _ratio(numerator: float, denominator: float) -> float:
+def ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator, or nan when either is not finite or the denominator <= 0."""
     if not (math.isfinite(numerator) and math.isfinite(denominator)) or denominator <= 0:
         return float("nan")
     return numerator / denominator

@@ -56,8 +56,10 @@ def draft_kinds_table(results: Sequence[Dict[str, Any]]) -> str:
         the same temperature in two files keeps the later file's entry.
 
     Returns:
-      A Markdown table. "greedy = AR" says whether the greedy tokens of every k were
-      identical to autoregressive decoding.
+      A Markdown table. "c" is per loop step over whole requests; "c per step" leaves out
+      each request's fixed part (encoders, call), a dash in results that predate it.
+      "greedy = AR" says whether the greedy tokens of every k were identical to
+      autoregressive decoding.
     """
     temperatures: List[float] = []
     rows: Dict[Tuple[str, str], Dict[float, Dict[str, Any]]] = {}
@@ -72,7 +74,8 @@ def draft_kinds_table(results: Sequence[Dict[str, Any]]) -> str:
     header = ["kind", "draft"]
     for t in temperatures:
         label = f"T={t:g}"
-        header += [f"{label} best k", f"{label} speed-up", f"{label} beta", f"{label} c"]
+        header += [f"{label} best k", f"{label} speed-up", f"{label} beta", f"{label} c",
+                   f"{label} c per step"]
     header.append("greedy = AR")
     body = []
     for (kind, draft), by_temperature in rows.items():
@@ -80,10 +83,11 @@ def draft_kinds_table(results: Sequence[Dict[str, Any]]) -> str:
         for t in temperatures:
             entry = by_temperature.get(t)
             if entry is None:
-                cells += [DASH] * 4
+                cells += [DASH] * 5
                 continue
             cells += [str(entry.get("best_k", DASH)), fmt(entry.get("speedup"), 2, "x"),
-                      fmt(entry.get("beta_mean"), 3), fmt(entry.get("draft_cost_ratio"), 2)]
+                      fmt(entry.get("beta_mean"), 3), fmt(entry.get("draft_cost_ratio"), 2),
+                      fmt(entry.get("step_cost_ratio"), 2)]
         cells.append(_greedy_identity(list(by_temperature.values())))
         body.append(cells)
     return markdown_table(header, body)
@@ -106,7 +110,9 @@ def draft_kinds_section(results: Sequence[Dict[str, Any]]) -> List[str]:
         f"{{{', '.join(str(k) for k in ks)}}}, one interleaved run per file. Each cell is "
         "the kind's best k at that temperature; speed-up is autoregressive ms/token over "
         "speculative ms/token in the same run, beta the measured overlap, c the cost of "
-        "one draft step over one target step.",
+        "one draft step over one target step, over whole requests (a feature draft or "
+        "Medusa heads decode alone behind the target's encoder, which c charges to their "
+        "steps), and c per step the same with each request's fixed part split off.",
         "",
         draft_kinds_table(results),
         "",

@@ -99,8 +99,14 @@ def test_summary_and_markdown_give_each_kind_its_best_k(result):
         assert (s["best_k"], s["speedup"], s["beta_mean"], s["draft_cost_ratio"]) == (
             best["k"], best["speedup"], best["beta_mean"], best["draft_cost_ratio"])
         assert s["identical_to_ar"] is (True if s["temperature"] == 0 else None)
+        per_step = best["draft_step_ms"] / best["target_step_ms"]
+        if math.isfinite(per_step) and per_step > 0:  # Eager timings can be too noisy to split.
+            assert s["step_cost_ratio"] == pytest.approx(per_step)
+        else:
+            assert math.isnan(s["step_cost_ratio"])
     table = payload["markdown"].splitlines()
-    assert table[0].startswith("| kind | draft | T=0 best k | T=0 speed-up | T=0 beta | T=0 c")
+    assert table[0].startswith("| kind | draft | T=0 best k | T=0 speed-up | T=0 beta | T=0 c | "
+                               "T=0 c per step")
     assert "T=1 best k" in table[0] and table[0].endswith("| greedy = AR |")
     assert [line.split("|")[1].strip() for line in table[2:]] == list(draft_kinds.KINDS)
     assert all(line.rstrip().endswith("| yes |") for line in table[2:])

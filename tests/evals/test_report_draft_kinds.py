@@ -104,3 +104,12 @@ def test_report_example_refuses_a_bad_results_file_in_one_line(tmp_path, capsys)
                                 bad]) == report.EXIT_USAGE
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "is not JSON" in err
+
+
+def test_c_per_step_is_shown_when_the_results_have_it(tmp_path):
+    summary = [{"kind": "feature", "draft": "f", "temperature": 1.0, "best_k": 1,
+                "speedup": 0.95, "beta_mean": 0.74, "draft_cost_ratio": 1.03,
+                "step_cost_ratio": 0.125}]
+    rows = _rows(draft_kinds.draft_kinds_table(
+        [draft_kinds.load_draft_kinds(_result(tmp_path, "r.json", summary))]))
+    assert rows[0]["T=1 c"] == "1.03" and rows[0]["T=1 c per step"] == "0.12"
