@@ -28,9 +28,11 @@ Two levels, neither of which changes the output distribution:
   workload, and keeps exploring while they are within two standard errors of each other.
   Comparing per-request ms per token instead (the first version, one EMA per request
   shape) settled on the wrong mode in a HumanEval sweep: 18 of 164 requests speculated,
-  auto 1.01x against 1.20x at k = 4. Replayed on recorded per-request times of HumanEval
-  sweeps (`tests/tfspec/test_adaptive.py`), the fits reach 96% of the better fixed mode at
-  T = 0 and 97% at T = 1.
+  auto 1.01x against 1.20x at k = 4. Replayed on recorded per-request times of the example
+  report's sweeps (`tests/tfspec/test_adaptive.py`, 30 orders each), the fits reach 96% of
+  the better fixed mode in HumanEval at T = 0 (the first version 90%), 97% at T = 1 (95%)
+  and 97% in docsum at T = 0 (96%). The fits are kept as running sums (`_WindowFit`),
+  because a decision is part of the timed request.
 
 Both modes are exact, so a sequence's distribution is the target's whichever mode a
 request gets; which mode that is depends on timings, so sampled tokens are reproducible
@@ -115,20 +117,74 @@ def resolve(k) -> Optional[AutoDraft]:
     return None
 
 
+class _WindowFit:
+    """Least squares of a mode's request seconds on x = [1, tokens, rows x prompt bucket]
+    over its last `_WINDOW` measurements, kept as running sums (X^T X, X^T y, y^T y):
+    `Controller.choose` runs inside the timed `tfspec.generate` call, so a decision must cost
+    microseconds, not the ~1.3 ms of refitting the window from scratch (measured: that
+    slowed the requests it chose autoregressive by ~4% at docsum's 35 ms requests)."""
+
+    def __init__(self):
+        self.window: collections.deque = collections.deque()
+        self.gram = np.zeros([3, 3])        # X^T X; row 0 is [count, sum tokens, sum width]
+        self.moment = np.zeros([3])         # X^T y
+        self.square = 0.0                   # y^T y
+
+    def __len__(self) -> int:
+        return len(self.window)
+
+    def add(self, width: float, tokens: float, seconds: float) -> None:
+        self._update(np.array([1.0, tokens, width]), seconds, 1.0)
+        self.window.append((width, tokens, seconds))
+        if len(self.window) > _WINDOW:
+            old_width, old_tokens, old_seconds = self.window.popleft()
+            self._update(np.array([1.0, old_tokens, old_width]), old_seconds, -1.0)
+
+    def _update(self, x: np.ndarray, y: float, sign: float) -> None:
+        self.gram += sign * np.outer(x, x)
+        self.moment += sign * y * x
+        self.square += sign * y * y
+
+    def mean_features(self) -> np.ndarray:
+        """Sums of [1, tokens, width] over the window (divide by len for the mean)."""
+        return self.gram[0]
+
+    def predict(self, features: np.ndarray) -> Tuple[float, float]:
+        """(seconds, its variance) at `features` [1, tokens, width]; the variance is inf
+        while the measurements are too few to estimate it."""
+        # The pseudo-inverse gives lstsq's minimum-norm solution, which still predicts the
+        # mean time at the mean features when a feature does not vary (e.g. every request
+        # decoded max_new_tokens at one bucket).
+        # One symmetric eigendecomposition gives both the pseudo-inverse and the rank.
+        values, vectors = np.linalg.eigh(self.gram)
+        kept = values > values[-1] * 1e-12
+        inverse = (vectors[:, kept] / values[kept]) @ vectors[:, kept].T
+        coef = inverse @ self.moment
+        predicted = float(coef @ features)
+        # Degrees of freedom over the identifiable parameters: the rank, not 3, when a
+        # feature does not vary.
+        dof = len(self.window) - int(np.sum(kept))
+        if dof <= 0:
+            return predicted, math.inf
+        residual = max(self.square - 2.0 * float(coef @ self.moment)
+                       + float(coef @ self.gram @ coef), 0.0)
+        return predicted, residual / dof * float(features @ inverse @ features)
+
+
 class Controller:
     """The cross-request state of `k="auto"` for one (target, draft, sampling, settings).
 
     Attributes:
       horizon: the draft horizon the next speculative request starts from.
-      measurements: {mode: deque of (rows x prompt bucket, tokens, seconds)}, the last
-        `_WINDOW` uncompiled requests of each mode.
+      measurements: {mode: `_WindowFit`} over the last `_WINDOW` uncompiled requests of
+        each mode (`len` is their number).
     """
 
     def __init__(self, auto: AutoDraft):
         self.auto = auto
         self.horizon = auto.first_horizon
-        self.measurements: Dict[str, collections.deque] = {
-            mode: collections.deque(maxlen=_WINDOW) for mode in (SPECULATIVE, AUTOREGRESSIVE)}
+        self.measurements: Dict[str, _WindowFit] = {
+            mode: _WindowFit() for mode in (SPECULATIVE, AUTOREGRESSIVE)}
         self._total = 0
         self._next_revisit = auto.revisit
 
@@ -166,20 +222,7 @@ class Controller:
         """(seconds, its variance) of a request of `mode` with `features` [1, tokens,
         rows x prompt bucket], from the ordinary least-squares fit of the mode's
         measurements (variance inf while they are too few to estimate it)."""
-        rows = np.asarray(self.measurements[mode], np.float64)          # [M, 3]
-        design = np.stack([np.ones(len(rows)), rows[:, 1], rows[:, 0]], axis=1)
-        # lstsq's minimum-norm solution still predicts the mean time at the mean features
-        # when a feature does not vary (e.g. every request decoded max_new_tokens).
-        coef, *_ = np.linalg.lstsq(design, rows[:, 2], rcond=None)
-        predicted = float(coef @ features)
-        # Degrees of freedom over the identifiable parameters: the rank, not 3, when a
-        # feature does not vary.
-        dof = len(rows) - int(np.linalg.matrix_rank(design))
-        if dof <= 0:
-            return predicted, math.inf
-        residual_var = float(np.sum((rows[:, 2] - design @ coef) ** 2)) / dof
-        return predicted, residual_var * float(features @ np.linalg.pinv(design.T @ design)
-                                                @ features)
+        return self.measurements[mode].predict(features)
 
     def log_ratio(self) -> Tuple[float, float]:
         """(log(speculative / autoregressive fitted seconds), its standard error) at the
@@ -191,8 +234,8 @@ class Controller:
         """
         if not all(self.measurements.values()):
             raise ValueError("log_ratio needs a measurement of each mode")
-        pooled = np.asarray([m for ms in self.measurements.values() for m in ms], np.float64)
-        features = np.array([1.0, np.mean(pooled[:, 1]), np.mean(pooled[:, 0])])
+        sums = sum(fit.mean_features() for fit in self.measurements.values())
+        features = sums / sums[0]
         spec_s, spec_var = self.predicted_seconds(SPECULATIVE, features)
         ar_s, ar_var = self.predicted_seconds(AUTOREGRESSIVE, features)
         if spec_s <= 0 or ar_s <= 0:
@@ -206,8 +249,8 @@ class Controller:
         time, tokens, whether it compiled, and (for a speculative request) the rows'
         horizons at the end."""
         if not compiled and tokens > 0:
-            self.measurements[mode].append(
-                (float(shape[0]) * float(shape[1]), float(tokens), float(seconds)))
+            self.measurements[mode].add(float(shape[0]) * float(shape[1]), float(tokens),
+                                        float(seconds))
         if mode == SPECULATIVE and final_horizons is not None and len(final_horizons):
             mean = float(sum(int(h) for h in final_horizons)) / len(final_horizons)
             self.horizon = min(max(int(round(mean)), 1), self.auto.k_max)

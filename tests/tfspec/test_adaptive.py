@@ -156,6 +156,27 @@ def test_controller_explores_while_the_modes_are_within_noise():
     assert modes == [S, A] * adaptive._EXPLORE_CAP  # pylint: disable=protected-access
 
 
+def test_running_sums_fit_like_least_squares_over_the_window():
+    """The controller keeps running sums (a decision is inside the timed request); after
+    the window slid, they still give the least-squares fit of the last `_WINDOW`."""
+    rng = np.random.default_rng(1)
+    fit = adaptive._WindowFit()  # pylint: disable=protected-access
+    rows = [(float(rng.choice([24, 96, 384])), float(rng.integers(4, 128)),
+             float(rng.uniform(0.01, 0.5))) for _ in range(adaptive._WINDOW + 44)]  # pylint: disable=protected-access
+    for row in rows:
+        fit.add(*row)
+    window = np.array(rows[-adaptive._WINDOW:])  # pylint: disable=protected-access
+    design = np.stack([np.ones(len(window)), window[:, 1], window[:, 0]], axis=1)
+    coef, *_ = np.linalg.lstsq(design, window[:, 2], rcond=None)
+    features = np.array([1.0, 50.0, 96.0])
+    predicted, variance = fit.predict(features)
+    assert len(fit) == adaptive._WINDOW  # pylint: disable=protected-access
+    assert predicted == pytest.approx(float(coef @ features), rel=1e-9)
+    residual = np.sum((window[:, 2] - design @ coef) ** 2) / (len(window) - 3)
+    assert variance == pytest.approx(
+        residual * features @ np.linalg.inv(design.T @ design) @ features, rel=1e-6)
+
+
 def _replay(requests, seed):
     """Replays recorded requests (shuffled) through a controller: (speed-up over
     autoregressive of what it ran, speed-up of always speculating)."""
