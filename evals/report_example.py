@@ -14,12 +14,14 @@ builds the report from the four run directories, with the draft-kinds section fr
 Arguments after `--` go to every `evals.run` call (e.g. `--limit 5`, or `--target DIR
 --draft DIR` for another pair). A run directory that already has summary.json is reused
 (pass --rerun to run it again); one without is continued with `--resume`. The report is
-written with `python -m evals.report` semantics (`evals.report.build_report`).
+written with `python -m evals.report` semantics (`evals.report.build_report`), and each
+run's summary.json, sweep.json and run_config.json are kept beside it in `OUT/runs/`.
 
 Expected time on 2 CPU cores with the embedded pair: ~10-20 minutes per sweep.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 from typing import List, Optional, Sequence
@@ -56,6 +58,22 @@ def commands(runs_dir: str, sweeps: Sequence[str], extra: Sequence[str],
             cmd.append("--resume")
         out.append(cmd + list(extra))
     return out
+
+
+RUN_FILES = ("summary.json", "sweep.json", "run_config.json")
+"""What the report keeps of each run (`OUT/runs/NAME/`): its numbers and settings, a few KB,
+so that the checked-in report's tables can be rebuilt and tested without the per-sample
+logs (`examples.jsonl`, megabytes)."""
+
+
+def keep_run_files(dirs: Sequence[str], out: str) -> None:
+    """Copies each run's `RUN_FILES` into `out/runs/<run folder name>/`."""
+    for directory in dirs:
+        kept = os.path.join(out, "runs", os.path.basename(os.path.normpath(directory)))
+        os.makedirs(kept, exist_ok=True)
+        for name in RUN_FILES:
+            if os.path.isfile(os.path.join(directory, name)):
+                shutil.copy2(os.path.join(directory, name), os.path.join(kept, name))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -99,6 +117,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         runs = report.load_runs(dirs)
         path = report.build_report(runs, args.out, [load_draft_kinds(p) for p in kinds])
+        keep_run_files(dirs, args.out)
     except report.ReportError as e:
         print(f"evals.report_example: error: {e}", file=sys.stderr)
         return report.EXIT_USAGE

@@ -504,8 +504,11 @@ class TfspecModelHandler(base.ModelHandler):
 
 def calibration_ks(modes: Sequence[Sequence[Any]]) -> List[int]:
     """The ks whose round cost the calibration measures: the smallest, the largest and the
-    speculative run's k among the run's modes (at most three; more add time, not accuracy,
-    as round time is close to linear in k)."""
+    speculative run's k among the run's modes (at most three, each one more compile per
+    prompt bucket; `evals.walltime.fit_round_cost` fits a line through them). Round time is
+    not quite linear in k on CPU: `tfspec.kernels` multiplies up to six rows per pass, so a
+    verify of k + 1 > 6 rows costs a step more (the example report's K sweeps drop at
+    K = 6), and the calibrated prediction is optimistic by up to ~28% at some K there."""
     ks = sorted({int(k) for _, k in modes if k != records.AUTO and int(k) > 0})
     if not ks:
         # An "auto"-only run: the round costs of its compiled maximum and of k = 1.
