@@ -83,6 +83,7 @@ from bench import models as bench_models
 from bench import speedup as speedup_lib
 from bench import timing
 from evals import cli
+from evals.report import draft_kinds as report_draft_kinds
 from tfspec import checkpoints
 
 PROG = "python -m bench.draft_kinds"
@@ -348,47 +349,13 @@ def summarize(records: Sequence[dict], kinds: Sequence[str],
     return out
 
 
-def _cell(value, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    if isinstance(value, float):
-        return "nan" if not math.isfinite(value) else f"{value:.{digits}f}"
-    return str(value)
-
-
-def markdown_table(summary: Sequence[dict], described: Sequence[dict],
-                   temperatures: Sequence[float]) -> str:
-    """One row per draft kind: per temperature its best k, speed-up, beta and c; whether the
-    greedy outputs equalled autoregressive ones; skipped kinds listed below the table."""
-    header = ["kind", "draft"]
-    for t in temperatures:
-        header += [f"T={t:g} best k", f"T={t:g} speed-up", f"T={t:g} beta", f"T={t:g} c",
-                   f"T={t:g} c per step"]
-    header.append("greedy = AR")
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    by_key = {(s["kind"], s["temperature"]): s for s in summary}
-    notes = []
-    for entry in described:
-        kind = entry["kind"]
-        if entry["skipped"]:
-            notes.append(f"- {kind}: skipped ({entry['skipped']})")
-            continue
-        row = [kind, f"`{entry['draft']}`"]
-        identical = None
-        for t in temperatures:
-            s = by_key.get((kind, t))
-            if s is None:
-                row += ["-"] * 5
-                continue
-            row += [_cell(s["best_k"]), _cell(s["speedup"]) + "x", _cell(s["beta_mean"], 3),
-                    _cell(s["draft_cost_ratio"], 3), _cell(s.get("step_cost_ratio"), 3)]
-            if s["identical_to_ar"] is not None:
-                identical = s["identical_to_ar"]
-        row.append(_cell(identical))
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines + ([""] + notes if notes else []))
+def markdown_table(summary: Sequence[dict], described: Sequence[dict]) -> str:
+    """One row per draft kind: per temperature its best k, speed-up, beta and c (the
+    report's table, `evals.report.draft_kinds`); skipped kinds listed below the table."""
+    notes = [f"- {entry['kind']}: skipped ({entry['skipped']})"
+             for entry in described if entry["skipped"]]
+    table = report_draft_kinds.draft_kinds_table([{"summary": list(summary)}])
+    return "\n".join([table] + ([""] + notes if notes else []))
 
 
 def run(target, drafts: Dict[str, tuple], prompt_pool: Sequence[Sequence[int]],
@@ -412,7 +379,7 @@ def run(target, drafts: Dict[str, tuple], prompt_pool: Sequence[Sequence[int]],
             "num_prompts": len(batches), "k": list(ks), "temperatures": list(temperatures),
             "top_k": top_k, "top_p": top_p, "max_new_tokens": max_new_tokens,
             "repeats": repeats, "seed": seed, "kinds": described, "records": records,
-            "summary": summary, "markdown": markdown_table(summary, described, temperatures),
+            "summary": summary, "markdown": markdown_table(summary, described),
             "machine": platform.processor() or platform.machine()}
 
 
