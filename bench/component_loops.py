@@ -75,7 +75,7 @@ def _cycling_uniforms(uniforms: tf.Tensor, i: tf.Tensor) -> tf.Tensor:
 def _draft_step_loop(draft, sampling: sampling_lib.Sampling, max_new_tokens: int):
     """fn(context, cache, start_ids int32 [B], uniforms float32 [B], iterations) -> []."""
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=True, autograph=False)
     def draft_step(context, cache, start_ids, uniforms, iterations):
         def body(i, token, cache):
             positions = tf.fill(tf.shape(token[:, None]), i % max_new_tokens)
@@ -93,7 +93,7 @@ def _draft_step_loop(draft, sampling: sampling_lib.Sampling, max_new_tokens: int
 def _sample_loop(sampling: sampling_lib.Sampling):
     """fn(logits float32 [B, V], uniforms float32 [B], iterations) -> float32 []."""
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=True, autograph=False)
     def sample(logits, uniforms, iterations):
         def body(i, token):
             # A row-constant shift from the previous token: same distribution, but the work
@@ -112,7 +112,7 @@ def _catch_up_loop(draft, max_new_tokens: int):
     """fn(context, cache, start_ids int32 [B], iterations) -> float32 [] (cache checksum)."""
     vocab_size = draft.vocab_size
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=True, autograph=False)
     def catch_up(context, cache, start_ids, iterations):
         def body(i, cache):
             ids = tf.math.floormod(start_ids + i, vocab_size)[:, None]
@@ -130,7 +130,7 @@ def verify_loop(target, k: int, max_new_tokens: int):
     vocab_size = target.vocab_size
     slots = tf.range(k + 1)[None, :]
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=True, autograph=False)
     def verify(context, cache, window_ids, iterations):
         def body(i, total, cache):
             ids = tf.math.floormod(window_ids + i, vocab_size)
@@ -153,7 +153,7 @@ def _accept_loop(k: int, sampling: sampling_lib.Sampling):
     Mirrors `decoding._verify` after the target call.
     """
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=True, autograph=False)
     def accept(target_logits, draft_probs, draft_ids, keys, iterations):
         def body(i, num_accepted, total):
             # Row-constant shifts from the previous result (see `_sample_loop`).
@@ -187,7 +187,7 @@ def free_loop(free_target, free_draft, config: decoding.LoopConfig) -> Callable:
       output of the loop, int32 [] loop rounds of the last decode_loop).
     """
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=True, autograph=False)
     def free_loops(prompt_ids, prompt_lengths, row_keys, iterations):
         def body(i, total, rounds):
             # Inputs that depend on the previous iteration keep the inner loop inside the
@@ -323,7 +323,8 @@ class Programs:
     def prepare(self, model, max_length: int):
         """Compiled fn(prompt_ids, prompt_lengths) -> model.prepare(..., max_length)."""
         return self._get(("prepare", id(model), max_length), lambda: tf.function(
-            lambda ids, lengths: model.prepare(ids, lengths, max_length), jit_compile=True))
+            lambda ids, lengths: model.prepare(ids, lengths, max_length), jit_compile=True,
+            autograph=False))
 
     def prepare_over_batches(self, model, max_length: int, padded) -> Callable[[], None]:
         """A callable preparing every batch of `padded` (one compiled call each)."""

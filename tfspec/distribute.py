@@ -71,7 +71,7 @@ def _replicated(strategy: tf.distribute.Strategy, fn: Callable) -> Callable:
     if id(strategy) not in per_fn:
         fn_ref = weakref.ref(fn)
 
-        @tf.function
+        @tf.function(autograph=False)  # Plain Python control flow: nothing to convert.
         def step(values, shared):
             return strategy.run(lambda v: fn_ref()(*v, shared), args=(values,))
         per_fn[id(strategy)] = (strategy, step)  # Holding the strategy keeps its id valid.

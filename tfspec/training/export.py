@@ -277,7 +277,8 @@ def export_pair(config, workdir: str, zoo_dir: str, data: "stages.Data",
 
     # Held-out losses of the shipped (bfloat16-rounded) weights, on the validation split.
     objective = distill.DistillationObjective(target, label_weight=0.0)
-    validation = trainer_lib.evaluate(tf.function(lambda batch: objective(draft, batch)),
+    validation = trainer_lib.evaluate(tf.function(lambda batch: objective(draft, batch),
+                                                  autograph=False),
                                       stages.batches(config, data.validation, False, 0))
     validation = {"target_ce": validation["target_ce"], "draft_ce": validation["ce"],
                   "kl": validation["kl"], "overlap": validation["overlap"]}

@@ -282,7 +282,8 @@ def export_bound_draft(config, workdir: str, zoo_dir: Optional[str], data, *, st
         raise ValueError(f"The exported {stage} is {size_mb:.1f} MB, more than the recipe's "
                          f"limit of {max_mb} MB.")
     draft = checkpoints.load_model(out_dir).bind(target)
-    validation = trainer_lib.evaluate(tf.function(lambda batch: objective(draft, batch)),
+    validation = trainer_lib.evaluate(tf.function(lambda batch: objective(draft, batch),
+                                                  autograph=False),
                                       stages.batches(config, data.validation, False, 0))
     prompts = export_lib.heldout_prompts(data, export.num_prompts)
     drafts = {name: draft}

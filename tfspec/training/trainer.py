@@ -152,8 +152,12 @@ class Trainer:
             self.checkpoint, os.path.join(self.workdir, CHECKPOINT_DIR), max_to_keep=keep)
         self._best = tf.train.Checkpoint(model=model_variables(model))
         self.log_path = os.path.join(self.workdir, LOG_FILE)
-        self._train_step = tf.function(self._train_step_fn, jit_compile=jit_compile)
-        self._eval_step = tf.function(self._eval_step_fn, jit_compile=jit_compile)
+        # autograph=False: the steps have no tensor-dependent Python control flow, and
+        # converting everything they reach costs seconds per process (see generation.py).
+        self._train_step = tf.function(self._train_step_fn, jit_compile=jit_compile,
+                                       autograph=False)
+        self._eval_step = tf.function(self._eval_step_fn, jit_compile=jit_compile,
+                                      autograph=False)
 
     # ---------------------------------------------------------------------------- steps
 
