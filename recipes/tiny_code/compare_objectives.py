@@ -147,6 +147,8 @@ def main(argv=None):
     if base.draft.get("target_from") and init_from:
         target = stages.load_spec(base.draft.target_from)
         initial = stages.load_spec(init_from)
+        # Refuse a draft of other shapes before minutes of measuring it, not after.
+        stages.copy_weights(initial, stages.build_model(base, stages.DRAFT), init_from)
         result = _measure(base, target, initial, data,
                           os.path.join(shared, f"{INITIAL}_{BETA_FILE}"))
         rows.append(row(INITIAL, result, {"divergence": None, "steps": 0}))

@@ -14,7 +14,7 @@ from tests.bench.bench_fixtures import (CONTRACT_KEYS, FOREIGN, TINY, TINY_DRAFT
 
 KS = (1, 2)
 TEMPERATURES = (0.0, 1.0)
-FAST = ["--max_new_tokens", "4", "--repeats", "1", "--num_prompts", "2", "--eager"]
+FAST = ["--max_new_tokens", "4", "--repeats", "1", "--num_prompts", "1", "--eager"]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_json_has_every_kind_temperature_and_k(result):
         for key in CONTRACT_KEYS + ("identical_to_ar", "rows_differing", "draft",
                                     "tokens_ar", "tokens_spec"):
             assert key in record, key
-        assert record["batch_size"] == 1 and record["num_batches"] == 2
+        assert record["batch_size"] == 1 and record["num_batches"] == 1
         assert math.isfinite(record["speedup"]) and record["draft_cost_ratio"] > 0
         assert 0.0 <= record["acceptance_rate"] <= 1.0
 

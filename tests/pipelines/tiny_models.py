@@ -4,13 +4,15 @@ import json
 import os
 
 TINY = dict(d_model=16, d_kv=4, d_ff=24, num_layers=1, num_heads=2)
+# Every document's prompt falls in one prompt bucket (64) of the test tokenizer, so a run
+# over them compiles one loop per mode, not two (each compile costs seconds of a subprocess).
 XSUM_DOCS = (
-    "The cat sat on the mat. It was warm.",
+    "The cat sat on the mat. It was very warm.",
     "Rain is expected tomorrow in the north.",
     "The team won the final after extra time.",
     "A new bridge opened over the river today.",
     "Prices rose again this month, figures show.",
-    "The museum will reopen next spring.",
+    "The city museum will reopen next spring.",
 )
 
 

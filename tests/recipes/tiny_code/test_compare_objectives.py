@@ -17,32 +17,41 @@ CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs",
                       "zoo_draft_objectives.py")
 
 
-@pytest.fixture
-def tiny_data(monkeypatch):
+@pytest.fixture(scope="module")
+def tiny_data():
+    """The smoke recipe's data, patched in for the whole module (its fixtures share it)."""
     data = tiny_stages_data(load_config(CONFIG + ":smoke"))
-    monkeypatch.setattr(data_lib, "load_data", lambda _: data)
-    return data
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data_lib, "load_data", lambda _: data)
+        yield data
 
 
-@pytest.fixture
-def pair(tmp_path):
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
     """A random target and draft of the smoke recipe's shapes, saved as model directories."""
     config = load_config(CONFIG + ":smoke")
+    directory = tmp_path_factory.mktemp("pair")
     paths = {}
     for role in (stages.TARGET, stages.DRAFT):
-        paths[role] = str(tmp_path / role)
+        paths[role] = str(directory / role)
         checkpoints.save_model(stages.build_model(config, role), paths[role], dtype="float32")
     return paths
 
 
-def test_trains_each_variant_from_the_initial_draft_and_measures_beta(tiny_data, pair,
-                                                                      tmp_path):
-    workdir = str(tmp_path / "work")
+@pytest.fixture(scope="module")
+def compared(tiny_data, pair, tmp_path_factory):
+    """One comparison run (the training is the slow part): (args, workdir, result, tmp)."""
+    tmp = tmp_path_factory.mktemp("compare")
+    workdir = str(tmp / "work")
     args = ["--config", CONFIG + ":smoke", "--workdir", workdir, "--no_progress",
             "--set", f"draft.target_from={pair['target']}",
-            "--set", f"draft.init_from={pair['draft']}",
-            "--json", str(tmp_path / "out.json")]
-    comparison = compare_objectives.main(args)
+            "--set", f"draft.init_from={pair['draft']}"]
+    return args, workdir, compare_objectives.main([*args, "--json", str(tmp / "out.json")]), tmp
+
+
+def test_trains_each_variant_from_the_initial_draft_and_measures_beta(compared):
+    args, workdir, comparison, tmp_path = compared
+    args = [*args, "--json", str(tmp_path / "out.json")]
     rows = {r["variant"]: r for r in comparison["rows"]}
     assert list(rows) == ["initial", "smoke"]
     assert rows["smoke"]["divergence"] == "tv" and rows["smoke"]["steps"] == 4
@@ -62,8 +71,9 @@ def test_trains_each_variant_from_the_initial_draft_and_measures_beta(tiny_data,
     assert again["rows"] == comparison["rows"]
 
 
-def test_card_section_and_export(tiny_data, pair, tmp_path):
-    workdir = str(tmp_path / "work")
+def test_card_section_and_export(compared, pair, tmp_path):
+    """On the finished comparison (resumed, not retrained): the card and the export."""
+    args, _, _, _ = compared
     card = tmp_path / "MODEL_CARD.md"
     card.write_text("# draft\n\n## Training\n\nold\n\n## Reproduce\n\nrun it\n")
     shipped = tmp_path / "shipped"
@@ -71,10 +81,7 @@ def test_card_section_and_export(tiny_data, pair, tmp_path):
                            dtype="bfloat16")
     (shipped / "MODEL_CARD.md").write_text("kept\n")
     before = (shipped / "model.safetensors").read_bytes()
-    args = ["--config", CONFIG + ":smoke", "--workdir", workdir, "--no_progress",
-            "--set", f"draft.target_from={pair['target']}",
-            "--set", f"draft.init_from={pair['draft']}", "--card", str(card),
-            "--export", "smoke", "--export_dir", str(shipped)]
+    args = [*args, "--card", str(card), "--export", "smoke", "--export_dir", str(shipped)]
     compare_objectives.main(args)
     compare_objectives.main(args)  # Again: the section is replaced, not added twice.
     text = card.read_text()
