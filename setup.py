@@ -35,8 +35,10 @@ INSTALL_REQUIRES = [
 
 EXTRAS_REQUIRE = {
     # ctranslate2: the bench.peers tests convert and decode with it (CPU wheel, no torch).
-    "test": ["pytest>=8", "pytest-xdist>=3.5", "ctranslate2>=4.0"],
-    "dev": ["pytest>=8", "pytest-xdist>=3.5", "ruff"],
+    # pytest-timeout: a hung test fails with its name and stack (pytest.ini: timeout)
+    # instead of running into CI's time limit with nothing said.
+    "test": ["pytest>=8", "pytest-xdist>=3.5", "pytest-timeout>=2.3", "ctranslate2>=4.0"],
+    "dev": ["pytest>=8", "pytest-xdist>=3.5", "pytest-timeout>=2.3", "ruff"],
     # Dataflow workers: the GCP connectors of Beam (gs:// file systems, Dataflow runner).
     "dataflow": ["apache-beam[gcp]>=2.77"],
     # Cloud TPU VMs: TensorFlow's TPU build.
