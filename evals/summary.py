@@ -16,9 +16,13 @@ Conventions:
   sum_x min(p, q), whose expectation is the paper's alpha) and c = the measured
   `draft_cost_ratio`.
 * `calibrated_speedup` = the calibrated walltime model (`evals.walltime.calibrated_speedup`)
-  at the run's k and alpha, with the round, step and fixed costs measured by the run's
-  calibration (`pipelines.generation`) and the run's mean tokens per request; None without
-  a calibration that measured round costs.
+  at the run's k and alpha: the formula's tokens per round, with the round, step and
+  per-request fixed costs the run measured (`calibration.in_run`: lines fitted to its own
+  batch-1 requests, `evals.request_cost`; at ks the run did not decode, a line through the
+  measured ones, or the calibration program's slope through the one measured k) and the
+  run's mean tokens per request; with no in-run fit (batched runs), the calibration
+  program's costs (`pipelines.generation`); None without a calibration that measured
+  round costs.
 * Metrics that cannot be computed are None (JSON null).
 """
 
@@ -59,8 +63,30 @@ def predicted_speedup(acceptance: Optional[Mapping[str, Any]], k: int,
 
 
 def round_cost(calibration: Optional[Mapping[str, Any]]) -> Optional[walltime.RoundCost]:
-    """The `walltime.RoundCost` of a calibration record, None if it measured no rounds."""
+    """The `walltime.RoundCost` of a calibration record: the costs the run measured in its
+    own requests (`in_run`) where it has them, the calibration program's elsewhere; None
+    if neither measured rounds."""
     calibration = calibration or {}
+    program = _program_cost(calibration)
+    in_run = calibration.get("in_run") or {}
+    target_step = _finite(in_run.get("target_step_s"))
+    measured = {}
+    for k, seconds in (in_run.get("round_s") or {}).items():
+        seconds, fixed = _finite(seconds), _finite((in_run.get("spec_fixed_s") or {}).get(k))
+        if seconds is not None and seconds > 0 and fixed is not None:
+            measured[int(k)] = (seconds, fixed)
+    if target_step is None or target_step <= 0 or not measured:
+        return program
+    try:
+        return walltime.fit_in_run(target_step, _finite(in_run.get("ar_fixed_s")) or 0.0,
+                                   measured, program)
+    except ValueError:
+        return program
+
+
+def _program_cost(calibration: Mapping[str, Any]) -> Optional[walltime.RoundCost]:
+    """The `walltime.RoundCost` the calibration program measured (one prompt, before the
+    run), None if it measured no rounds."""
     target_step = _finite(calibration.get("target_step_s"))
     rounds = {int(k): _finite(v) for k, v in (calibration.get("round_s") or {}).items()}
     rounds = {k: v for k, v in rounds.items() if v is not None and v > 0}
@@ -73,6 +99,45 @@ def round_cost(calibration: Optional[Mapping[str, Any]]) -> Optional[walltime.Ro
             spec_fixed_s=_finite(calibration.get("spec_fixed_s")) or 0.0)
     except ValueError:
         return None
+
+
+IN_RUN_METHOD = ("least squares of each batch-1 request's seconds on its rounds (an "
+                 "autoregressive step is a round), per mode (evals.request_cost)")
+
+
+def in_run_costs(modes: Sequence[Tuple[str, Any]],
+                 metrics: Mapping[str, Mapping[str, Any]]) -> Optional[dict]:
+    """The calibration record's `in_run` part: the costs fitted to the run's own requests.
+
+    {target_step_s, ar_fixed_s} from the autoregressive requests, {round_s, spec_fixed_s,
+    requests} keyed by each speculative fixed k (as a string, like `round_s`), and the
+    method; None without a fit of the autoregressive mode and of one speculative k.
+    """
+    fits = {k: (metrics.get(mode) or {}).get("request_cost") for mode, k in modes}
+    base = fits.get(0)
+    spec = {k: fit for k, fit in fits.items()
+            if fit and records.speculates(k) and k != records.AUTO}
+    if not base or not spec:
+        return None
+    return {"target_step_s": base["iteration_s"], "ar_fixed_s": base["fixed_s"],
+            "round_s": {str(k): fit["iteration_s"] for k, fit in sorted(spec.items())},
+            "spec_fixed_s": {str(k): fit["fixed_s"] for k, fit in sorted(spec.items())},
+            "requests": {str(k): fit["requests"] for k, fit in sorted(fits.items()) if fit},
+            "method": IN_RUN_METHOD}
+
+
+def with_in_run_costs(calibration: Optional[Mapping[str, Any]],
+                      modes: Sequence[Tuple[str, Any]],
+                      metrics: Mapping[str, Mapping[str, Any]]) -> Optional[dict]:
+    """`calibration` with its `in_run` costs (a copy); None stays None (no draft, or
+    `--calibrate false`)."""
+    if calibration is None:
+        return None
+    out = dict(calibration)
+    in_run = in_run_costs(modes, metrics)
+    if in_run is not None:
+        out["in_run"] = in_run
+    return out
 
 
 def tokens_per_request(latency: Optional[Mapping[str, Any]]) -> Optional[float]:

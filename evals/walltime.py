@@ -12,7 +12,7 @@ cancellation near it.
 """
 
 import math
-from typing import Mapping, NamedTuple, Optional
+from typing import Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -83,6 +83,12 @@ def optimal_k(a: float, c: float, k_max: int = 32) -> int:
 #
 # With fixed costs 0, round_intercept_s = target_step_s and round_per_k_s = c *
 # target_step_s, it is exactly `predicted_speedup`.
+#
+# Where the run itself measured a k (`fit_in_run`: least-squares lines of its batch-1
+# requests' seconds on their rounds, `evals.request_cost`), round_s(k) and the speculative
+# fixed cost at that k are the measured ones, and the line only fills the ks between and
+# beyond them. A line cannot follow the verify's steps in k anyway (on CPU `tfspec.kernels`
+# passes the verify's rows in blocks of six, so a round costs a block more from k = 6 on).
 
 
 class RoundCost(NamedTuple):
@@ -95,6 +101,8 @@ class RoundCost(NamedTuple):
       ar_fixed_s: per-request cost of autoregressive decoding outside the steps (encoder,
         call overhead); 0 if unknown.
       spec_fixed_s: the same for speculative decoding (both encoders); 0 if unknown.
+      measured: ((k, round_s, spec_fixed_s), ...) measured at those ks, which `round_s` and
+        `spec_fixed` return instead of the line's values; None: the line everywhere.
     """
 
     target_step_s: float
@@ -102,10 +110,22 @@ class RoundCost(NamedTuple):
     round_per_k_s: float
     ar_fixed_s: float = 0.0
     spec_fixed_s: float = 0.0
+    measured: Optional[Tuple[Tuple[int, float, float], ...]] = None
+
+    def _measured(self, k: int) -> Optional[Tuple[int, float, float]]:
+        return next((m for m in self.measured or () if m[0] == k), None)
 
     def round_s(self, k: int) -> float:
         """Time of one speculative round drafting k tokens."""
+        measured = self._measured(k)
+        if measured is not None:
+            return measured[1]
         return self.round_intercept_s + self.round_per_k_s * k
+
+    def spec_fixed(self, k: int) -> float:
+        """Per-request fixed cost of speculative decoding at k."""
+        measured = self._measured(k)
+        return measured[2] if measured is not None else self.spec_fixed_s
 
     def verify_in_target_steps(self, k: int, draft_step_s: float) -> float:
         """Round time minus k draft steps, in target steps (the formula assumes 1)."""
@@ -147,6 +167,42 @@ def fit_round_cost(target_step_s: float, round_s_by_k: Mapping[int, float],
                      max(float(ar_fixed_s), 0.0), max(float(spec_fixed_s), 0.0))
 
 
+def fit_in_run(target_step_s: float, ar_fixed_s: float,
+               measured: Mapping[int, Tuple[float, float]],
+               program: Optional[RoundCost] = None) -> RoundCost:
+    """The `RoundCost` of costs measured in the run itself.
+
+    Args:
+      target_step_s, ar_fixed_s: the autoregressive requests' line (seconds per step, and
+        per request).
+      measured: k -> (round_s, spec_fixed_s), each speculative k's requests' line.
+      program: the calibration program's `RoundCost`, whose slope in k extends a single
+        measured k to the others; None needs two measured ks.
+
+    Returns:
+      A `RoundCost` that returns the measured values at the measured ks, and elsewhere a
+      least-squares line through the measured rounds (with one measured k: the program's
+      slope through it), with the median measured fixed cost.
+
+    Raises:
+      ValueError: no positive target step or round time, or one measured k and no program.
+    """
+    ks = sorted(int(k) for k in measured)
+    if not (math.isfinite(target_step_s) and target_step_s > 0):
+        raise ValueError(f"target_step_s must be finite and > 0, got {target_step_s}")
+    if not ks or any(k < 1 for k in ks) or not all(
+            math.isfinite(measured[k][0]) and measured[k][0] > 0 for k in ks):
+        raise ValueError(f"need round times > 0 at k >= 1, got {dict(measured)}")
+    if len(ks) == 1 and program is None:
+        raise ValueError("one measured k needs the calibration program's slope")
+    line = fit_round_cost(target_step_s, {k: measured[k][0] for k in ks},
+                          draft_step_s=program.round_per_k_s if len(ks) == 1 else None)
+    fixed = [max(float(measured[k][1]), 0.0) for k in ks]
+    return line._replace(
+        ar_fixed_s=max(float(ar_fixed_s), 0.0), spec_fixed_s=float(np.median(fixed)),
+        measured=tuple((k, float(measured[k][0]), f) for k, f in zip(ks, fixed)))
+
+
 def calibrated_speedup(a: float, k: int, cost: RoundCost,
                        tokens_per_request: Optional[float] = None) -> float:
     """Predicted speed-up from measured costs (see the calibrated model above).
@@ -169,7 +225,7 @@ def calibrated_speedup(a: float, k: int, cost: RoundCost,
         return tokens_per_round * cost.target_step_s / round_s
     n = float(tokens_per_request)
     return ((cost.ar_fixed_s + n * cost.target_step_s)
-            / (cost.spec_fixed_s + n / tokens_per_round * round_s))
+            / (cost.spec_fixed(k) + n / tokens_per_round * round_s))
 
 
 def calibrated_optimal_k(a: float, cost: RoundCost, k_max: int = 32,

@@ -11,9 +11,12 @@ the example's reference output:
 * `LatencyCombineFn`: `evals.latency.LatencyAccumulator` (per-sequence times and tokens;
   the run time is the sum of call times, each call counted once: time_s / batch_size per row).
 * `AcceptanceCombineFn`: `evals.acceptance.AcceptanceAccumulator` (counter sums).
+* `RequestCostCombineFn`: `evals.request_cost.RequestCostAccumulator` (the least-squares
+  line of a batch-1 request's seconds on its rounds, which the calibrated model reads).
 
-`mode_metrics_fn(task, pass_at)` combines the three in one pass and `to_metrics` names the
-result: {"quality": ..., "latency": ... or None, "acceptance": ... or None}.
+`mode_metrics_fn(task, pass_at)` combines the four in one pass and `to_metrics` names the
+result: {"quality": ..., "latency": ... or None, "acceptance": ... or None,
+"request_cost": ... or None}.
 """
 
 from typing import Any, Iterable, Optional, Sequence
@@ -24,6 +27,7 @@ from apache_beam.transforms import combiners as beam_combiners
 from evals import acceptance
 from evals import datasources
 from evals import latency
+from evals import request_cost
 from evals import summary
 from evals import tasks
 from evals.example import Example
@@ -118,13 +122,38 @@ class AcceptanceCombineFn(beam.CombineFn):
         return accumulator.extract() if accumulator.rows else None
 
 
+class RequestCostCombineFn(beam.CombineFn):
+    """`evals.request_cost` line of one mode's batch-1 records (None without a fit)."""
+
+    def create_accumulator(self):
+        return request_cost.RequestCostAccumulator.create()
+
+    def add_input(self, accumulator, element):
+        line, _ = element
+        # A batched call's time is shared by rows of different rounds: batch 1 only.
+        if (line.get("time_s") is None or line.get("rounds") is None
+                or int(line.get("batch_size") or 1) != 1):
+            return accumulator
+        accumulator.add(line["time_s"], line["rounds"])
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        return request_cost.RequestCostAccumulator.merge(accumulators)
+
+    def extract_output(self, accumulator) -> Optional[dict]:
+        return accumulator.extract()
+
+
 def mode_metrics_fn(task_name: str, pass_at: Optional[Sequence[int]] = None) -> beam.CombineFn:
-    """One CombineFn computing (quality, latency, acceptance) of the same inputs."""
+    """One CombineFn computing (quality, latency, acceptance, request cost) of the same
+    inputs."""
     return beam_combiners.SingleInputTupleCombineFn(
-        QualityCombineFn(task_name, pass_at), LatencyCombineFn(), AcceptanceCombineFn())
+        QualityCombineFn(task_name, pass_at), LatencyCombineFn(), AcceptanceCombineFn(),
+        RequestCostCombineFn())
 
 
 def to_metrics(combined: Sequence[Any]) -> dict:
     """Names the output of `mode_metrics_fn`."""
-    quality, latency_summary, acceptance_summary = combined
-    return {"quality": quality, "latency": latency_summary, "acceptance": acceptance_summary}
+    quality, latency_summary, acceptance_summary, cost = combined
+    return {"quality": quality, "latency": latency_summary, "acceptance": acceptance_summary,
+            "request_cost": cost}

@@ -209,7 +209,10 @@ class FinalizeFn(beam.DoFn):
         config = self._config
         status.report_phase("writing outputs")
         by_mode = {mode: combiners.to_metrics(value) for mode, value in metrics}
-        calibration = pick_calibration(calibrations)
+        # The costs the run's own requests measured join the calibration record: the
+        # calibrated model prefers them (evals.summary.round_cost).
+        calibration = summary_lib.with_in_run_costs(pick_calibration(calibrations),
+                                                    config.modes, by_mode)
         letters = sorted(dead_letters, key=lambda d: (str(d["id"]), d["sample"], d["stage"]))
         outputs.write_bytes(outputs.join(config.output_dir, outputs.DEAD_LETTER),
                             "".join(records.dumps(d) for d in letters).encode("utf-8"))

@@ -71,7 +71,12 @@ really costs here: the same calibration decodes the prompt speculatively at
 a round's time is (t(n2) - t(n1)) / (rounds(n2) - rounds(n1)), `round_s[k]`. The
 per-request fixed costs (encoders, call overhead) are what the short call spends beyond its
 steps: `ar_fixed_s` = t_target(n1) - n1 x target step, `spec_fixed_s` = the median over ks
-of t(n1) - rounds(n1) x round_s[k].
+of t(n1) - rounds(n1) x round_s[k]. These program costs are the fallback: where the run's
+own batch-1 requests give fits (`evals.request_cost`, added at the end as the record's
+`in_run`), the calibrated model uses those (`evals.summary.round_cost`). The program times
+one prompt, EOS off, the fastest of `reps` calls, minutes away from the run; timed that way
+a round cost 20-30% less than the same round in the run's interleaved requests, and the
+predictions were up to 28% optimistic.
 """
 
 import contextlib

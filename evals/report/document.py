@@ -85,8 +85,9 @@ def build_report(runs: Sequence[Run], out_dir: str,
         "",
         "`evals.walltime.calibrated_optimal_k`: the k that maximises the calibrated model "
         "(the formula's tokens per round at the measured alpha, with the round, step and "
-        "per-request costs the run's calibration measured; 0 means speculation does not "
-        "pay). The formula's `optimal_k(alpha, c)` is beside it: it assumes a verify that "
+        "per-request costs fitted to the run's own requests, a line in k between and "
+        "beyond the measured ks, or else the calibration program's costs; 0 means "
+        "speculation does not pay). The formula's `optimal_k(alpha, c)` is beside it: it assumes a verify that "
         "costs one target step and no per-round work.",
         "",
         recommendation_table(runs),

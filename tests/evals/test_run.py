@@ -14,6 +14,7 @@ import pytest
 
 from evals import humaneval
 from evals import records
+from evals import summary as summary_lib
 from tests.pipelines import tiny_models
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -370,6 +371,10 @@ def test_main_command_on_the_embedded_default(tmp_path):
     assert runs["speculative"]["quality"] == runs["autoregressive"]["quality"]
     assert runs["speculative"]["acceptance"]["acceptance_rate"] > 0.3
     assert summary["speedup"] > 0
+    # The calibrated model's costs are fitted to the run's own requests (3 per mode).
+    in_run = summary["calibration"]["in_run"]
+    assert in_run["requests"] == {"0": 3, "4": 3}
+    assert summary_lib.round_cost(summary["calibration"]).round_s(4) == in_run["round_s"]["4"]
     rows = tiny_models.read_lines(str(out / "examples.jsonl"))
     by_mode = {}
     for row in rows:

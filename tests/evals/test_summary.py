@@ -107,3 +107,41 @@ def test_auto_mode_entries_have_acceptance_but_no_fixed_k_predictions():
          "speculative_auto": metrics, "speculative": metrics})
     assert [e["k"] for e in sweep] == [0, 2, records_lib.AUTO]
     assert sweep[-1]["speedup"] == 2.0
+
+
+def _with_request_cost(metrics, fixed_s, iteration_s, requests=20):
+    return dict(metrics, request_cost={"requests": requests, "fixed_s": fixed_s,
+                                       "iteration_s": iteration_s})
+
+
+def test_the_runs_own_requests_set_the_calibrated_costs():
+    metrics = {mode: _with_sequences(m, 5) for mode, m in METRICS.items()}
+    metrics["autoregressive"] = _with_request_cost(metrics["autoregressive"], 0.02, 0.0025)
+    metrics["speculative"] = _with_request_cost(metrics["speculative"], 0.03, 0.0050)
+    calibration = summary_lib.with_in_run_costs(CALIBRATION, MODES, metrics)
+    assert calibration is not CALIBRATION and "in_run" not in CALIBRATION
+    in_run = calibration["in_run"]
+    assert (in_run["target_step_s"], in_run["ar_fixed_s"]) == (0.0025, 0.02)
+    assert in_run["round_s"] == {"4": 0.005} and in_run["spec_fixed_s"] == {"4": 0.03}
+    assert in_run["requests"] == {"0": 20, "4": 20}
+    out = summary_lib.build_summary(HEADER, MODES, metrics, calibration)
+    tokens_per_round = walltime.expected_tokens_per_round(0.8, 4)
+    assert out["runs"]["speculative"]["calibrated_speedup"] == pytest.approx(
+        (0.02 + 5 * 0.0025) / (0.03 + 5 / tokens_per_round * 0.005))
+    # k = 2 was not fitted: the calibration program's slope through the measured k = 4.
+    program = summary_lib.round_cost(CALIBRATION)
+    cost = summary_lib.round_cost(calibration)
+    assert cost.round_s(2) == pytest.approx(0.005 - 2 * program.round_per_k_s)
+    assert summary_lib.why_line({"k": 4, "calibration": calibration}).startswith(
+        "why: rounds at k=4 cost 5.00 ms here, not the formula's 3.50 ms")
+
+
+@pytest.mark.parametrize("fitted", [(), ("autoregressive",), ("speculative",)])
+def test_without_both_fits_the_calibration_programs_costs_stay(fitted):
+    metrics = dict(METRICS)
+    for mode in fitted:
+        metrics[mode] = _with_request_cost(metrics[mode], 0.02, 0.002)
+    calibration = summary_lib.with_in_run_costs(CALIBRATION, MODES, metrics)
+    assert calibration == CALIBRATION
+    assert summary_lib.round_cost(calibration) == summary_lib.round_cost(CALIBRATION)
+    assert summary_lib.with_in_run_costs(None, MODES, metrics) is None

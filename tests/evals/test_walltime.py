@@ -106,3 +106,31 @@ def test_fit_round_cost_one_k_uses_the_draft_step():
     for bad in [{}, {0: 0.004}, {4: -1.0}]:
         with pytest.raises(ValueError):
             walltime.fit_round_cost(0.002, bad, draft_step_s=0.0003)
+
+
+def test_fit_in_run_keeps_measured_rounds_and_fills_the_other_ks_with_a_line():
+    # A round that jumps at k = 6 (a second block of verify rows): no line goes through it.
+    measured = {1: (0.0014, 0.034), 4: (0.0027, 0.033), 8: (0.0058, 0.031)}
+    cost = walltime.fit_in_run(0.0009, 0.028, measured)
+    for k, (round_s, fixed_s) in measured.items():
+        assert cost.round_s(k) == round_s and cost.spec_fixed(k) == fixed_s
+    line = walltime.fit_round_cost(0.0009, {k: r for k, (r, _) in measured.items()})
+    assert cost.round_s(6) == pytest.approx(line.round_s(6))
+    assert cost.spec_fixed(6) == pytest.approx(0.033)  # The median measured fixed cost.
+    assert (cost.target_step_s, cost.ar_fixed_s) == (0.0009, 0.028)
+    # Measured at k = 4, the prediction there is the measured costs' (not the line's).
+    n, tokens_per_round = 50.0, walltime.expected_tokens_per_round(0.9, 4)
+    assert walltime.calibrated_speedup(0.9, 4, cost, tokens_per_request=n) == pytest.approx(
+        (0.028 + n * 0.0009) / (0.033 + n / tokens_per_round * 0.0027))
+
+
+def test_fit_in_run_one_k_takes_the_calibration_programs_slope():
+    program = walltime.fit_round_cost(0.001, {1: 0.0011, 8: 0.0039})
+    cost = walltime.fit_in_run(0.0009, 0.028, {4: (0.0027, 0.033)}, program)
+    assert cost.round_s(4) == 0.0027
+    assert cost.round_s(5) == pytest.approx(0.0027 + program.round_per_k_s)
+    with pytest.raises(ValueError, match="slope"):
+        walltime.fit_in_run(0.0009, 0.028, {4: (0.0027, 0.033)})
+    for bad in [{}, {0: (0.001, 0.03)}, {4: (-1.0, 0.03)}]:
+        with pytest.raises(ValueError):
+            walltime.fit_in_run(0.0009, 0.028, bad, program)

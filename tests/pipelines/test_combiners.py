@@ -71,6 +71,16 @@ def test_acceptance_sums_counters():
     assert autoregressive["acceptance_rate"] is None and autoregressive["per_position"] == []
 
 
+def test_request_cost_fits_batch_one_requests_only():
+    lines = [dict(_line(i, time_s=0.01 + 0.002 * rounds), rounds=rounds)
+             for i, rounds in enumerate([3, 5, 9, 12])]
+    batched = [dict(_line(9, time_s=5.0, batch_size=2), rounds=2)]
+    out = _combine(combiners.RequestCostCombineFn(), [(row, "") for row in lines + batched])
+    assert out["requests"] == 4
+    assert out["fixed_s"] == pytest.approx(0.01) and out["iteration_s"] == pytest.approx(0.002)
+    assert _combine(combiners.RequestCostCombineFn(), [(row, "") for row in batched]) is None
+
+
 def test_mode_metrics_in_a_pipeline():
     lines = [_line(0), _line(1, passed=False), dict(_line(0), mode="autoregressive", k=0,
                                                     drafted=0, accepted=0,
