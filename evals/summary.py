@@ -122,7 +122,9 @@ def in_run_costs(modes: Sequence[Tuple[str, Any]],
     return {"target_step_s": base["iteration_s"], "ar_fixed_s": base["fixed_s"],
             "round_s": {str(k): fit["iteration_s"] for k, fit in sorted(spec.items())},
             "spec_fixed_s": {str(k): fit["fixed_s"] for k, fit in sorted(spec.items())},
-            "requests": {str(k): fit["requests"] for k, fit in sorted(fits.items()) if fit},
+            "requests": {str(k): fit["requests"]
+                         for k, fit in sorted(fits.items(), key=lambda kv: records.k_order(kv[0]))
+                         if fit},
             "method": IN_RUN_METHOD}
 
 

@@ -118,13 +118,17 @@ def test_the_runs_own_requests_set_the_calibrated_costs():
     metrics = {mode: _with_sequences(m, 5) for mode, m in METRICS.items()}
     metrics["autoregressive"] = _with_request_cost(metrics["autoregressive"], 0.02, 0.0025)
     metrics["speculative"] = _with_request_cost(metrics["speculative"], 0.03, 0.0050)
-    calibration = summary_lib.with_in_run_costs(CALIBRATION, MODES, metrics)
+    # An auto mode has a fit too, but no fixed k: it is counted, not used.
+    metrics["speculative_auto"] = _with_request_cost(_metrics(4.0), 0.03, 0.004, requests=7)
+    modes = MODES + (("speculative_auto", "auto"),)
+    calibration = summary_lib.with_in_run_costs(CALIBRATION, modes, metrics)
     assert calibration is not CALIBRATION and "in_run" not in CALIBRATION
     in_run = calibration["in_run"]
     assert (in_run["target_step_s"], in_run["ar_fixed_s"]) == (0.0025, 0.02)
     assert in_run["round_s"] == {"4": 0.005} and in_run["spec_fixed_s"] == {"4": 0.03}
-    assert in_run["requests"] == {"0": 20, "4": 20}
-    out = summary_lib.build_summary(HEADER, MODES, metrics, calibration)
+    assert in_run["requests"] == {"0": 20, "4": 20, "auto": 7}
+    assert list(in_run["requests"]) == ["0", "4", "auto"]
+    out = summary_lib.build_summary(HEADER, modes, metrics, calibration)
     tokens_per_round = walltime.expected_tokens_per_round(0.8, 4)
     assert out["runs"]["speculative"]["calibrated_speedup"] == pytest.approx(
         (0.02 + 5 * 0.0025) / (0.03 + 5 / tokens_per_round * 0.005))
