@@ -36,6 +36,9 @@ def run_command(spec: RunSpec, verbose: bool = False) -> int:
               f"no file changed"
               + (f" (speed-up {speedup:.2f}x, see summary.json)" if speedup else ""))
         return 0
+    note = runner.memory_map_note(prepared.num_programs)
+    if note:
+        print(f"evals.run: note: {note}", file=sys.stderr)
     if spec.temperature == 0 and spec.num_samples > 1 and not spec.completions:
         print("evals.run: note: --temperature 0 is greedy decoding: all samples of an example "
               "are identical", file=sys.stderr)

@@ -57,6 +57,7 @@ class PreparedRun:
     model_spec: Optional[Any]  # pipelines.generation.ModelSpec
     large_model: bool
     journal: journal_lib.Journal
+    num_programs: int = 0  # Decoding programs this process compiles: modes x prompt buckets.
 
 
 def pipeline_options(spec: RunSpec) -> beam_options.PipelineOptions:
@@ -121,6 +122,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
     completions = None
     model_spec = None
     large_model = False
+    num_programs = 0
     if spec.completions:
         completions = run_plan.load_completions(spec, examples)
     else:
@@ -140,6 +142,8 @@ def prepare(spec: RunSpec) -> PreparedRun:
             raise UsageError(datasources.one_line(e, 400)) from None
         large_model = models.num_parameters() * 4 > LARGE_MODEL_BYTES
         _check_decode_memory(spec, models)
+        if local:
+            num_programs = len(spec.modes) * len(_prompt_buckets(examples, models, spec))
     if task.executes_code and run_spec_lib.is_local_runner(spec.runner):
         _probe_sandbox()
     journal = journal_lib.Journal(output_dir)
@@ -151,7 +155,42 @@ def prepare(spec: RunSpec) -> PreparedRun:
             raise UsageError(datasources.one_line(e)) from None
     plan = run_plan.make_plan(spec, examples, finished, completions)
     return PreparedRun(spec=spec, options=options, output_dir=output_dir, plan=plan,
-                       model_spec=model_spec, large_model=large_model, journal=journal)
+                       model_spec=model_spec, large_model=large_model, journal=journal,
+                       num_programs=num_programs)
+
+
+def _prompt_buckets(examples, models, spec: RunSpec) -> set:
+    """The prompt buckets (`tfspec.generate`'s padded widths) of the run's examples."""
+    from tfspec import generation as tfspec_generation  # pylint: disable=import-outside-toplevel
+    return {tfspec_generation.prompt_bucket(
+        len(models.tokenizer.encode(e.prompt, add_eos=spec.prompt_eos)) or 1)
+        for e in examples}
+
+
+MAX_MAP_COUNT_PATH = "/proc/sys/vm/max_map_count"
+SAFE_MAX_MAP_COUNT = 262144
+MANY_PROGRAMS = 100
+"""Decoding programs above which LLVM's JIT may run out of memory maps at Linux's default
+vm.max_map_count (65530): the sampled docsum K sweep (10 modes x 12 buckets) stopped with
+"LLVM ERROR: Unable to allocate section memory" at 45 of 60 examples, twice."""
+
+
+def memory_map_note(num_programs: int, path: str = MAX_MAP_COUNT_PATH) -> Optional[str]:
+    """One line for a run that compiles MANY_PROGRAMS or more decoding programs on a machine
+    whose vm.max_map_count is below SAFE_MAX_MAP_COUNT; None otherwise (or if unreadable)."""
+    if num_programs < MANY_PROGRAMS:
+        return None
+    try:
+        with open(path, encoding="ascii") as f:
+            limit = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    if limit >= SAFE_MAX_MAP_COUNT:
+        return None
+    return (f"this run compiles ~{num_programs} decoding programs (modes x prompt buckets); "
+            f"with vm.max_map_count {limit} LLVM can run out of memory maps and stop it "
+            f"(--resume then continues); as root, sysctl -w vm.max_map_count="
+            f"{SAFE_MAX_MAP_COUNT} avoids that")
 
 
 def _compiled_k(k) -> int:

@@ -26,6 +26,34 @@ def test_prepare_writes_nothing_and_plans(pair, tmp_path):
     assert runner.prepare(_spec(pair, tmp_path, k=0)).model_spec.draft is None
 
 
+def test_prepare_counts_the_decoding_programs_modes_times_prompt_buckets(pair, tmp_path):
+    from pipelines import generation
+    from tfspec import generation as tfspec_generation
+    spec = _spec(pair, tmp_path, limit=6, k_sweep="0,1,2")
+    prepared = runner.prepare(spec)
+    tokenizer = generation.load_models(prepared.model_spec).tokenizer
+    buckets = {tfspec_generation.prompt_bucket(len(tokenizer.encode(e.prompt)))
+               for e in prepared.plan.examples}
+    assert len(spec.modes) == 3 and len(buckets) >= 2
+    assert prepared.num_programs == 3 * len(buckets)
+    assert runner.prepare(_spec(pair, tmp_path, limit=6, k=0)).num_programs == len(buckets)
+
+
+@pytest.mark.parametrize("programs, limit, noted", [
+    (120, "65530", True), (runner.MANY_PROGRAMS, "65530\n", True), (99, "65530", False),
+    (120, str(runner.SAFE_MAX_MAP_COUNT), False), (120, "not a number", False)])
+def test_memory_map_note_for_many_programs_under_a_low_map_limit(tmp_path, programs, limit,
+                                                                 noted):
+    path = tmp_path / "max_map_count"
+    path.write_text(limit.replace("\\n", "\n"))
+    note = runner.memory_map_note(programs, str(path))
+    assert (note is not None) == noted
+    if noted:
+        assert "\n" not in note and f"~{programs} decoding programs" in note
+        assert "vm.max_map_count 65530" in note and "vm.max_map_count=262144" in note
+    assert runner.memory_map_note(500, str(tmp_path / "absent")) is None
+
+
 def test_beam_options_pass_through_and_typos_are_caught(pair, tmp_path):
     spec = _spec(pair, tmp_path, beam_args=["--direct_num_workers", "2",
                                             "--direct_running_mode=multi_processing"])
