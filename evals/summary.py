@@ -119,12 +119,11 @@ def in_run_costs(modes: Sequence[Tuple[str, Any]],
             if fit and records.speculates(k) and k != records.AUTO}
     if not base or not spec:
         return None
+    ordered = sorted(fits, key=records.k_order)
     return {"target_step_s": base["iteration_s"], "ar_fixed_s": base["fixed_s"],
-            "round_s": {str(k): fit["iteration_s"] for k, fit in sorted(spec.items())},
-            "spec_fixed_s": {str(k): fit["fixed_s"] for k, fit in sorted(spec.items())},
-            "requests": {str(k): fit["requests"]
-                         for k, fit in sorted(fits.items(), key=lambda kv: records.k_order(kv[0]))
-                         if fit},
+            "round_s": {str(k): spec[k]["iteration_s"] for k in ordered if k in spec},
+            "spec_fixed_s": {str(k): spec[k]["fixed_s"] for k in ordered if k in spec},
+            "requests": {str(k): fits[k]["requests"] for k in ordered if fits[k]},
             "method": IN_RUN_METHOD}
 
 

@@ -185,18 +185,13 @@ def fit_in_run(target_step_s: float, ar_fixed_s: float,
       slope through it), with the median measured fixed cost.
 
     Raises:
-      ValueError: no positive target step or round time, or one measured k and no program.
+      ValueError: no positive target step or round time, or one measured k and no program
+        (`fit_round_cost`'s checks).
     """
     ks = sorted(int(k) for k in measured)
-    if not (math.isfinite(target_step_s) and target_step_s > 0):
-        raise ValueError(f"target_step_s must be finite and > 0, got {target_step_s}")
-    if not ks or any(k < 1 for k in ks) or not all(
-            math.isfinite(measured[k][0]) and measured[k][0] > 0 for k in ks):
-        raise ValueError(f"need round times > 0 at k >= 1, got {dict(measured)}")
-    if len(ks) == 1 and program is None:
-        raise ValueError("one measured k needs the calibration program's slope")
+    # fit_round_cost checks the step and the rounds, and wants a slope for one k.
     line = fit_round_cost(target_step_s, {k: measured[k][0] for k in ks},
-                          draft_step_s=program.round_per_k_s if len(ks) == 1 else None)
+                          draft_step_s=None if program is None else program.round_per_k_s)
     fixed = [max(float(measured[k][1]), 0.0) for k in ks]
     return line._replace(
         ar_fixed_s=max(float(ar_fixed_s), 0.0), spec_fixed_s=float(np.median(fixed)),
