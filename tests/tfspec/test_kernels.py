@@ -92,14 +92,49 @@ def test_panel_cache_packs_half_width_only_where_exact():
     assert cache.refresh() == 0 and cache.layout == (True, False)
 
 
-def test_rows_do_not_depend_on_their_companions():
-    """Row r of a 9-row call is bitwise the 1-row call of row r (same FMA chain)."""
+@pytest.mark.parametrize("isa", kernels.INSTRUCTION_SETS)
+def test_rows_do_not_depend_on_their_companions(isa):
+    """Row r of a 13-row call (two register blocks under AVX2, 12 + 1 under AVX-512) is
+    bitwise the 1-row call of row r (same FMA chain), on every code path."""
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((9, 384)).astype(np.float32)
+    x = rng.standard_normal((13, 384)).astype(np.float32)
     kernel = rng.standard_normal((384, 1024)).astype(np.float32)
-    together = _xla_matmul(x, kernel)
-    for r in range(9):
-        np.testing.assert_array_equal(_xla_matmul(x[r:r + 1], kernel)[0], together[r])
+    with kernels.instruction_set(isa):
+        together = _xla_matmul(x, kernel)
+        for r in range(13):
+            np.testing.assert_array_equal(_xla_matmul(x[r:r + 1], kernel)[0], together[r])
+
+
+@pytest.mark.parametrize("half_width", [False, True])
+@pytest.mark.parametrize("rows", [1, 5, 9, 12, 13, 25])
+def test_every_instruction_set_gives_the_same_products_bit_for_bit(rows, half_width):
+    """The portable, AVX2 and AVX-512 paths (whichever this CPU has) compute each element as
+    the same FMA chain over k, so a row decodes identically whichever path a machine takes;
+    a width of 1000 leaves a partial last panel (the masked store)."""
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 200)).astype(np.float32)
+    kernel = rng.standard_normal((200, 1000)).astype(np.float32)
+    if half_width:
+        kernel = _to_bfloat16_values(kernel)
+    kernel_panels = kernels.panels(tf.constant(kernel), half_width=half_width)
+    products = {}
+    for isa in kernels.INSTRUCTION_SETS:
+        with kernels.instruction_set(isa):
+            fn = tf.function(lambda a: kernels.matmul(a, kernel_panels, 1000),
+                             jit_compile=True, autograph=False)
+            products[kernels.current_instruction_set()] = fn(tf.constant(x)).numpy()
+    assert len(products) >= 2, "this CPU has no vector path to compare with the portable one"
+    first = products["portable"]
+    np.testing.assert_allclose(first, x.astype(np.float64) @ kernel.astype(np.float64),
+                               rtol=1e-4, atol=1e-4)
+    for isa, product in products.items():
+        np.testing.assert_array_equal(product, first, err_msg=isa)
+
+
+def test_an_unknown_instruction_set_is_refused():
+    with pytest.raises(ValueError, match="is not one of"):
+        with kernels.instruction_set("sse9"):
+            pass
 
 
 @pytest.mark.parametrize("spin_us", [0, kernels.DEFAULT_HELPER_SPIN_US, 100000])

@@ -4,10 +4,13 @@ Why: on XLA:CPU a one-row product `[1, K] @ [K, N]` is a GEMV that streams the w
 close to memory bandwidth, but 2..~16 rows go to Eigen's GEMM, which re-packs the whole
 weight matrix on every call. A speculative verify multiplies k + 1 rows by every weight of
 the target, so it paid 1.5-2 target steps where one step's worth of bytes is read
-(`bench.round_breakdown`). `rows_matmul.cc` reads each weight once per block of six rows
-from a panel-major copy made once per request, keeps the accumulators in registers, and
-splits the panels across the CPU's threads; at one row it is also faster than XLA's GEMV
-here (`python -m bench.rows_matmul`).
+(`bench.round_breakdown`). `rows_matmul.cc` reads each weight once per block of rows (12
+with AVX-512, 6 with AVX2) from a panel-major copy made once per request, keeps the
+accumulators in registers, prefetches ahead of the stream, and splits the panels across the
+CPU's threads; at one row it is also faster than XLA's GEMV here
+(`python -m bench.rows_matmul`). Without the prefetch a 5-row product of weights that do not
+fit in cache streamed at ~70% of the 1-row rate: on t5-base shapes a k = 4 round cost 1.32
+target steps; with it, 1.02 (`python -m bench.loop_overhead`).
 
 Layout ("panels"): `panels(w)` turns a [K, N] kernel into [ceil(N / 16), K, 16]: panel p
 is columns 16p .. 16p + 15 (zero past N), contiguous over k. A row-major kernel
@@ -22,9 +25,10 @@ is bandwidth-bound, so it is that much faster (`bench.rows_matmul`); `PanelCache
 width per matrix (`bfloat16_exact`), and `half_width(False)` turns it off for comparisons.
 
 Exactness: each output element is the same float32 fused multiply-add chain over
-k = 0 .. K - 1 whatever the number of rows, the row block or the thread, so a row never
-depends on its companions in the call, and 1-row and (k + 1)-row calls of one model round
-identically.
+k = 0 .. K - 1 whatever the number of rows, the row block, the thread or the instruction set
+(`INSTRUCTION_SETS`; `instruction_set` lowers it for tests and benchmarks), so a row never
+depends on its companions in the call, 1-row and (k + 1)-row calls of one model round
+identically, and CPUs with and without AVX-512 decode the same tokens.
 
 The kernel is compiled on first use with the machine's C++ compiler against the running
 TensorFlow (`$TFSPEC_CACHE`, default `~/.cache/tfspec`, holds the library) and registered
@@ -138,7 +142,7 @@ def _load() -> bool:
 def status() -> str:
     """One line: whether few-row products use the kernel here, and if not, why."""
     if _load():
-        return f"rows_matmul kernel: on ({_library._name})"
+        return f"rows_matmul kernel: on ({_library._name}, {current_instruction_set()})"
     return f"rows_matmul kernel: off ({_failure})"
 
 
@@ -236,6 +240,42 @@ def helper_spin(micros: int):
 def _apply_helper_spin() -> None:
     if _library is not None:
         _library.tfspec_set_helper_spin(ctypes.c_long(_helper_spin_us))
+
+
+INSTRUCTION_SETS = ("portable", "avx2", "avx512")
+"""The kernel's code paths, lowest first. Each computes every output element as the same
+float32 FMA chain over k, so all give the same products bit for bit; the best one the CPU
+has runs unless `instruction_set` lowers it."""
+
+
+def current_instruction_set() -> Optional[str]:
+    """The code path products take now (None without the kernel)."""
+    if not _load():
+        return None
+    # Setting the cap again changes nothing and returns the path in effect under it.
+    return INSTRUCTION_SETS[_library.tfspec_set_instruction_set(ctypes.c_int(_isa_cap))]
+
+
+_isa_cap = len(INSTRUCTION_SETS) - 1  # the best the CPU has
+
+
+@contextlib.contextmanager
+def instruction_set(name: str):
+    """Within the block, products use at most the code path `name` (one of
+    `INSTRUCTION_SETS`; lowered to the best this CPU has); process-wide, for tests that
+    compare the paths and benchmarks that time them."""
+    global _isa_cap
+    if name not in INSTRUCTION_SETS:
+        raise ValueError(f"instruction set {name!r} is not one of {INSTRUCTION_SETS}")
+    previous, _isa_cap = _isa_cap, INSTRUCTION_SETS.index(name)
+    if _load():
+        _library.tfspec_set_instruction_set(ctypes.c_int(_isa_cap))
+    try:
+        yield
+    finally:
+        _isa_cap = previous
+        if _library is not None:
+            _library.tfspec_set_instruction_set(ctypes.c_int(_isa_cap))
 
 
 def enabled() -> bool:

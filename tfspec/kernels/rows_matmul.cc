@@ -6,9 +6,10 @@
 // close to memory bandwidth, but a product of 2..~16 rows goes to Eigen's GEMM, which packs
 // the whole weight matrix on every call; on the embedded target a 5-row product costs 4-10x
 // the 1-row one although both read the same bytes (bench/results/rows_matmul.json). This
-// kernel reads every weight once per block of up to 6 rows, from a panel-major copy of the
-// weights made once per request (see tfspec/kernels/__init__.py), with register-resident
-// accumulators, and splits the panels across threads.
+// kernel reads every weight once per block of up to 12 rows (AVX-512; 6 with AVX2), from a
+// panel-major copy of the weights made once per request (see tfspec/kernels/__init__.py),
+// with register-resident accumulators and a software prefetch ahead of the stream, and
+// splits the panels across threads.
 //
 // Weight layout ("panels"): w_panels[P, K, 16], P = ceil(N / 16); panel p holds columns
 // 16p .. 16p + 15 of w, row-major over k, zero-padded past N. A row-major [K, N] matrix walked
@@ -22,7 +23,9 @@
 // panels' while half the bytes stream from memory: a decode step is bandwidth-bound.
 //
 // Exactness: every output element is the same sequence of float32 FMAs over k = 0 .. K-1,
-// whatever M, the row block or the thread: rows do not depend on their companions.
+// whatever M, the row block, the thread or the instruction set (portable, AVX2, AVX-512):
+// rows do not depend on their companions, and machines with different vector units decode
+// the same tokens.
 //
 // Custom-call ABI: XLA's API_VERSION_STATUS_RETURNING_UNIFIED (what TensorFlow's
 // XlaCustomCallV2 emits): out = array of result pointers, in = operand pointers, opaque =
@@ -56,7 +59,17 @@ struct XlaCustomCallStatus_;
 namespace {
 
 constexpr long kPanel = 16;  // output columns per panel: two 8-float AVX registers
-constexpr int kMaxRows = 6;  // rows per register block: 12 accumulators + 2 weights + 1
+constexpr int kMaxRows = 6;  // AVX2 rows per register block: 12 accumulators + 2 weights + 1
+// AVX-512 rows per register block: 12 accumulators + 1 weight + 1 broadcast of the 32
+// registers. A k = 8..11 verify (9..12 rows) then reads each weight once, not twice.
+constexpr int kMaxRows512 = 12;
+// How far ahead in a panel's stream the kernels prefetch (bytes). A panel is one contiguous
+// stream, yet with 2..12 rows the hardware prefetcher alone kept too few lines in flight:
+// a 5-row product of float32 weights streamed from memory at 24 GB/s against 34 GB/s for
+// one row (t5-base's [768, 3072], bench.rows_matmul). With this prefetch both stream at
+// ~38-42 GB/s, so a 5-row verify product costs what a 1-row step's does. 2 KB measured best
+// of 0.5-4 KB; weights resident in L3 (the embedded target) neither gain nor lose.
+constexpr long kPrefetchBytes = 2048;
 
 struct Dims {
   long m = 0, k = 0, n = 0;
@@ -68,7 +81,7 @@ bool ParseDims(const char* opaque, size_t len, Dims* d) {
          d->k > 0 && d->n > 0;
 }
 
-// One panel for R <= 6 rows: y[r, c0 .. c0 + 16) = x[r, :] . panel, r < R, where panel is
+// One panel for R <= 6 rows (AVX2; PanelAvx512 below takes up to 12): y[r, c0 .. c0 + 16) = x[r, :] . panel, r < R, where panel is
 // [K, 16] contiguous (columns c0 .. c0 + 15 of w). Each weight is loaded once for all R
 // rows; the R x 16 accumulators are named registers (an array of __m256 was spilled to the
 // stack on every k by GCC 12). y[r, c] is the fused multiply-add chain over k = 0 .. K-1 in
@@ -96,6 +109,54 @@ inline float Widen(uint16_t w) {
   return f;
 }
 
+// Prefetches the line kPrefetchBytes ahead of panel row k, once per 64-byte line (every row
+// of a float32 panel, every other row of a half-width one).
+inline void Prefetch(const float* panel, long k) {
+  _mm_prefetch(reinterpret_cast<const char*>(panel + k * kPanel) + kPrefetchBytes,
+               _MM_HINT_T0);
+}
+inline void Prefetch(const uint16_t* panel, long k) {
+  if ((k & 1) == 0) {
+    _mm_prefetch(reinterpret_cast<const char*>(panel + k * kPanel) + kPrefetchBytes,
+                 _MM_HINT_T0);
+  }
+}
+
+// The 16 weights of panel row k as one 16-float AVX-512 register.
+__attribute__((target("avx512f"))) inline __m512 LoadRow512(const float* row) {
+  return _mm512_loadu_ps(row);
+}
+__attribute__((target("avx512f"))) inline __m512 LoadRow512(const uint16_t* row) {
+  const __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16));
+}
+
+// PanelAvx2's product with one 16-float register per row: up to 12 rows per pass over the
+// panel, and half the instructions per row. The same FMA chain over k per element, so the
+// results are bit for bit those of PanelAvx2 and PanelScalar.
+template <int R, typename W>
+__attribute__((target("avx512f"))) void PanelAvx512(const float* x, long k_dim,
+                                                   const W* panel, float* y, long n_dim,
+                                                   long columns) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (long k = 0; k < k_dim; ++k) {
+    Prefetch(panel, k);
+    const __m512 w = LoadRow512(panel + k * kPanel);
+    // Fully unrolled, so the R accumulators stay in registers.
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * k_dim + k]), w, acc[r]);
+    }
+  }
+  // The last panel of an N that is not a multiple of 16 stores only its `columns`.
+  const __mmask16 mask =
+      columns == kPanel ? static_cast<__mmask16>(0xFFFF)
+                        : static_cast<__mmask16>((1u << columns) - 1u);
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * n_dim, mask, acc[r]);
+}
+
 template <int R, typename W>
 __attribute__((target("avx2,fma"))) void PanelAvx2(const float* x, long k_dim,
                                                    const W* panel, float* y, long n_dim,
@@ -108,6 +169,7 @@ __attribute__((target("avx2,fma"))) void PanelAvx2(const float* x, long k_dim,
   __m256 a5 = _mm256_setzero_ps(), b5 = _mm256_setzero_ps();
   for (long k = 0; k < k_dim; ++k) {
     __m256 w0, w1;
+    Prefetch(panel, k);
     LoadRow(panel + k * kPanel, &w0, &w1);
 #define TFSPEC_FMA(r)                                                         \
   if constexpr (R > r) {                                                      \
@@ -156,19 +218,51 @@ void PanelScalar(int rows, const float* x, long k_dim, const W* panel, float* y,
 }
 
 const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+const bool kHasAvx512 = kHasAvx2 && __builtin_cpu_supports("avx512f");
 
-// Panels [p_begin, p_end) for every row of x, six rows at a time.
+// The products' instruction set: 0 portable, 1 AVX2 + FMA, 2 AVX-512. The best the CPU has
+// unless lowered by tfspec_set_instruction_set (the tests compare all three bit for bit).
+enum Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+int BestIsa() { return kHasAvx512 ? kAvx512 : kHasAvx2 ? kAvx2 : kScalar; }
+std::atomic<int> g_isa{BestIsa()};
+
+template <typename W>
+void PanelAvx512Rows(int rows, const float* x, long k_dim, const W* panel, float* y,
+                     long n_dim, long columns) {
+  switch (rows) {
+    case 1: PanelAvx512<1, W>(x, k_dim, panel, y, n_dim, columns); break;
+    case 2: PanelAvx512<2, W>(x, k_dim, panel, y, n_dim, columns); break;
+    case 3: PanelAvx512<3, W>(x, k_dim, panel, y, n_dim, columns); break;
+    case 4: PanelAvx512<4, W>(x, k_dim, panel, y, n_dim, columns); break;
+    case 5: PanelAvx512<5, W>(x, k_dim, panel, y, n_dim, columns); break;
+    case 6: PanelAvx512<6, W>(x, k_dim, panel, y, n_dim, columns); break;
+    case 7: PanelAvx512<7, W>(x, k_dim, panel, y, n_dim, columns); break;
+    case 8: PanelAvx512<8, W>(x, k_dim, panel, y, n_dim, columns); break;
+    case 9: PanelAvx512<9, W>(x, k_dim, panel, y, n_dim, columns); break;
+    case 10: PanelAvx512<10, W>(x, k_dim, panel, y, n_dim, columns); break;
+    case 11: PanelAvx512<11, W>(x, k_dim, panel, y, n_dim, columns); break;
+    default: PanelAvx512<12, W>(x, k_dim, panel, y, n_dim, columns); break;
+  }
+}
+
+// Panels [p_begin, p_end) for every row of x, one register block of rows at a time.
 template <typename W>
 void Panels(const float* x, const W* w_panels, float* y, const Dims& d, long p_begin,
             long p_end) {
-  for (long r0 = 0; r0 < d.m; r0 += kMaxRows) {
-    const int rows = static_cast<int>(d.m - r0 < kMaxRows ? d.m - r0 : kMaxRows);
+  const int isa = g_isa.load(std::memory_order_relaxed);
+  const int block = isa == kAvx512 ? kMaxRows512 : kMaxRows;
+  for (long r0 = 0; r0 < d.m; r0 += block) {
+    const int rows = static_cast<int>(d.m - r0 < block ? d.m - r0 : block);
     const float* xr = x + r0 * d.k;
     for (long p = p_begin; p < p_end; ++p) {
       const W* panel = w_panels + p * d.k * kPanel;
       float* yp = y + r0 * d.n + p * kPanel;
       const long columns = d.n - p * kPanel < kPanel ? d.n - p * kPanel : kPanel;
-      if (!kHasAvx2) {
+      if (isa == kAvx512) {
+        PanelAvx512Rows(rows, xr, d.k, panel, yp, d.n, columns);
+        continue;
+      }
+      if (isa == kScalar) {
         PanelScalar(rows, xr, d.k, panel, yp, d.n, columns);
         continue;
       }
@@ -405,6 +499,15 @@ extern "C" void tfspec_fingerprint_f32(void* out, const void** in, const char* o
 // Sets how long helpers poll for the next job before sleeping (0: sleep at once).
 extern "C" void tfspec_set_helper_spin(long micros) {
   g_spin_micros.store(micros < 0 ? 0 : micros, std::memory_order_relaxed);
+}
+
+// Sets the products' instruction set (0 portable, 1 AVX2, 2 AVX-512), capped at what this
+// CPU has; returns the one in effect. Results are the same bit for bit whichever it is.
+extern "C" int tfspec_set_instruction_set(int isa) {
+  const int best = BestIsa();
+  const int chosen = isa < 0 ? 0 : isa > best ? best : isa;
+  g_isa.store(chosen, std::memory_order_relaxed);
+  return chosen;
 }
 
 extern "C" int tfspec_register_rows_matmul() {
