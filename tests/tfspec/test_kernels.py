@@ -214,8 +214,10 @@ def test_fingerprint_sees_a_one_ulp_change_anywhere(index):
     assert _fingerprint(changed) != _fingerprint(values)
 
 
+@pytest.mark.parametrize("isa", kernels.INSTRUCTION_SETS)
 @pytest.mark.parametrize("size", [1, 13, 300_001])  # 300_001: split across threads
-def test_fingerprint_is_the_documented_pair_of_sums(size):
+def test_fingerprint_is_the_documented_pair_of_sums(size, isa):
+    """On every code path (portable, AVX2, AVX-512, as far as this CPU has them)."""
     values = np.random.default_rng(4).standard_normal(size).astype(np.float32)
     bits = values.view(np.uint32).astype(np.uint64)
     odd = 2 * np.arange(size, dtype=np.uint64) + 1
@@ -224,7 +226,8 @@ def test_fingerprint_is_the_documented_pair_of_sums(size):
     b = int(np.sum(((bits ^ np.uint64(0x5BD1E995)) * ((odd * np.uint64(0x85EBCA6B)) & mask))
                    & mask) & mask)
     as_int32 = lambda x: x - (1 << 32) if x >= 1 << 31 else x  # noqa: E731
-    assert _fingerprint(values) == (as_int32(a), as_int32(b))
+    with kernels.instruction_set(isa):
+        assert _fingerprint(values) == (as_int32(a), as_int32(b))
 
 
 def test_fingerprint_sees_swapped_elements():

@@ -446,8 +446,21 @@ __attribute__((target("avx2"))) void HashRangeAvx2(const uint32_t* bits, long be
   TFSPEC_HASH_BODY
 }
 
+// And for AVX-512 (16 lanes): the embedded target's fingerprint, which runs before every
+// compiled call, 1.82 -> 1.66 ms (interleaved A/B, `instruction_set`). Prefetching ahead of
+// it in blocks of 4096 made it slower (3.2 against 2.4 ms, separate runs).
+__attribute__((target("avx512f"))) void HashRangeAvx512(const uint32_t* bits, long begin,
+                                                       long end, uint32_t* h0, uint32_t* h1) {
+  TFSPEC_HASH_BODY
+}
+
 void HashRange(const uint32_t* bits, long begin, long end, uint32_t* h0, uint32_t* h1) {
-  if (kHasAvx2) {
+  const int isa = g_isa.load(std::memory_order_relaxed);
+  if (isa == kAvx512) {
+    HashRangeAvx512(bits, begin, end, h0, h1);
+    return;
+  }
+  if (isa == kAvx2) {
     HashRangeAvx2(bits, begin, end, h0, h1);
     return;
   }
