@@ -14,6 +14,7 @@ import pytest
 
 from evals import humaneval
 from evals import records
+from evals import request_cost
 from evals import summary as summary_lib
 from tests.pipelines import tiny_models
 
@@ -371,11 +372,28 @@ def test_main_command_on_the_embedded_default(tmp_path):
     assert runs["speculative"]["quality"] == runs["autoregressive"]["quality"]
     assert runs["speculative"]["acceptance"]["acceptance_rate"] > 0.3
     assert summary["speedup"] > 0
-    # The calibrated model's costs are fitted to the run's own requests (3 per mode).
-    in_run = summary["calibration"]["in_run"]
-    assert in_run["requests"] == {"0": 3, "4": 3}
-    assert summary_lib.round_cost(summary["calibration"]).round_s(4) == in_run["round_s"]["4"]
     rows = tiny_models.read_lines(str(out / "examples.jsonl"))
+    # The calibrated model's costs are fitted to the run's own requests (3 per mode): the
+    # summary holds exactly the fits of the records' (time_s, rounds). Three timed requests
+    # beside another test worker can give a non-positive slope, which is no fit (and then
+    # no `in_run`), so the expectation is recomputed from the records, not assumed.
+    fits = {}
+    for mode in ("autoregressive", "speculative"):
+        acc = request_cost.RequestCostAccumulator.create()
+        for row in rows:
+            if row["mode"] == mode:
+                acc.add(row["time_s"], row["rounds"])
+        assert acc.requests == 3
+        fits[mode] = acc.extract()
+    if fits["autoregressive"] and fits["speculative"]:
+        in_run = summary["calibration"]["in_run"]
+        assert in_run["requests"] == {"0": 3, "4": 3}
+        assert in_run["round_s"]["4"] == pytest.approx(fits["speculative"]["iteration_s"])
+        assert in_run["target_step_s"] == pytest.approx(fits["autoregressive"]["iteration_s"])
+        assert (summary_lib.round_cost(summary["calibration"]).round_s(4)
+                == in_run["round_s"]["4"])
+    else:
+        assert "in_run" not in summary["calibration"]
     by_mode = {}
     for row in rows:
         by_mode.setdefault(row["mode"], {})[row["id"]] = row["output"]
