@@ -10,7 +10,7 @@ accumulators in registers, prefetches ahead of the stream, and splits the panels
 CPU's threads; at one row it is also faster than XLA's GEMV here
 (`python -m bench.rows_matmul`). Without the prefetch a 5-row product of weights that do not
 fit in cache streamed at ~70% of the 1-row rate: on t5-base shapes a k = 4 round cost 1.32
-target steps; with it, 1.02 (`python -m bench.loop_overhead`).
+target steps; with it, 1.02-1.08 (`python -m bench.loop_overhead`).
 
 Layout ("panels"): `panels(w)` turns a [K, N] kernel into [ceil(N / 16), K, 16]: panel p
 is columns 16p .. 16p + 15 (zero past N), contiguous over k. A row-major kernel
