@@ -81,11 +81,12 @@ bool ParseDims(const char* opaque, size_t len, Dims* d) {
          d->k > 0 && d->n > 0;
 }
 
-// One panel for R <= 6 rows (AVX2; PanelAvx512 below takes up to 12): y[r, c0 .. c0 + 16) = x[r, :] . panel, r < R, where panel is
-// [K, 16] contiguous (columns c0 .. c0 + 15 of w). Each weight is loaded once for all R
-// rows; the R x 16 accumulators are named registers (an array of __m256 was spilled to the
-// stack on every k by GCC 12). y[r, c] is the fused multiply-add chain over k = 0 .. K-1 in
-// order, whatever R, the panel range or the thread.
+// PanelAvx2, one panel for R <= 6 rows (PanelAvx512 takes up to 12):
+// y[r, c0 .. c0 + 16) = x[r, :] . panel, r < R, where panel is [K, 16] contiguous (columns
+// c0 .. c0 + 15 of w). Each weight is loaded once for all R rows; the R x 16 accumulators
+// are named registers (an array of __m256 was spilled to the stack on every k by GCC 12).
+// y[r, c] is the fused multiply-add chain over k = 0 .. K-1 in order, whatever R, the panel
+// range or the thread.
 // The 16 weights of panel row k as two 8-float registers: float32 panels load them, half-width
 // (bfloat16 bit) panels widen 16 x 16 bits to the float32 bit patterns they stand for.
 __attribute__((target("avx2"))) inline void LoadRow(const float* row, __m256* w0, __m256* w1) {
