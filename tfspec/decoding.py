@@ -432,18 +432,35 @@ def _verify(target, target_context, target_cache, window_ids, positions, draft_i
       (num_accepted int32 [batch], next_ids int32 [batch], beta float32 [batch, k] or None,
       target_cache, features float32 [batch, k + 1, F] at positions n .. n + k or None).
     """
-    k = config.k
-    features = None
-    if feature_layers:
-        # The feature hand-off: the same target call gives the features, no extra pass.
-        target_logits, features, target_cache = target.decode_with_features(
-            target_context, target_cache, window_ids, positions, feature_layers)
-    else:
-        target_logits, target_cache = target.decode(target_context, target_cache, window_ids,
-                                                    positions)
+    live_width = None
+    if drafted is not None and getattr(target, "decodes_live_width", False):
+        # The rule reads slots 0 .. m_b of row b only, so entries past 1 + max_b m_b are
+        # never needed: a target that can skip them (`LiveWidth` in protocol.py) makes the
+        # call cost what the longest row's drafts need, not k + 1 entries. The cache slots
+        # it leaves unspecified lie past every row's new length n + a + 1 <= n + m_b + 1:
+        # stale slots under the cache invariant. Finished rows have m_b = 0; a live row
+        # drafted at least once, so live_width >= 2 while any row is live.
+        live_width = tf.reduce_max(drafted) + 1
+    target_logits, features, target_cache = _target_window(
+        target, target_context, target_cache, window_ids, positions, feature_layers,
+        live_width)
     result = _judge(target_logits, draft_ids, draft_probs, keys, round_idx, config,
                     accept_fn, drafted, draft_vocabulary(target))
     return result + (target_cache, features)
+
+
+def _target_window(target, target_context, target_cache, window_ids, positions,
+                   feature_layers, live_width=None):
+    """One target call over a window: (logits [batch, W, V], features [batch, W, F] or
+    None, target_cache). `live_width`: int32 [] or None, passed on (`LiveWidth`)."""
+    live = {} if live_width is None else {"live_width": live_width}
+    if feature_layers:
+        # The feature hand-off: the same target call gives the features, no extra pass.
+        return target.decode_with_features(target_context, target_cache, window_ids,
+                                           positions, feature_layers, **live)
+    logits, target_cache = target.decode(target_context, target_cache, window_ids, positions,
+                                         **live)
+    return logits, None, target_cache
 
 
 def _judge(target_logits, draft_ids, draft_probs, keys, round_idx, config: LoopConfig,
@@ -520,8 +537,10 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
     row carries a horizon h_b in [1, k] (`horizons` at the start) and drafts m_b <= h_b
     tokens: it stops after its h_b-th draft, after a draft whose own probability q(d) is
     below the confidence threshold, or after a drafted EOS. The draft while loop ends when
-    every row has stopped; the verify window stays k + 1 wide (static shapes), and the rule
-    judges each row's first m_b drafts only (`_verify`). After the round the horizon moves
+    every row has stopped; the verify window stays k + 1 wide (static shapes), the rule
+    judges each row's first m_b drafts only (`_verify`), and a target that can skip a
+    window's tail (`LiveWidth` in protocol.py: T5 through the CPU kernel) computes only its
+    first 1 + max_b m_b entries, so a round costs what its drafts need. After the round the horizon moves
     by Hugging Face's schedule for `num_assistant_tokens`: + 2 when all h_b drafts were
     accepted, - 1 after a rejection, unchanged when the row stopped early and all its m_b
     drafts were accepted.

@@ -87,6 +87,72 @@ def test_without_the_confidence_test_rows_draft_their_horizon(models):
     assert gen.stats.accepted_per_position[0, 3] <= gen.stats.rounds[0] - 1
 
 
+class _PoisonedTail:
+    """A T5 target that takes `live_width` (protocol.py's `LiveWidth`) and poisons
+    everything past it: those entries' logits become a one-hot on token 2 and the cache
+    slots they write hold 1e3. A loop that read any of it would decode differently from
+    autoregressive decoding. With `shift` = 1 it also poisons the last live entry: what a
+    loop passing one entry too few would see (the power check)."""
+
+    decodes_live_width = True
+
+    def __init__(self, model, shift=0):
+        self._model, self._shift, self.live_calls = model, shift, 0
+
+    def __getattr__(self, name):
+        if name == "_model":
+            raise AttributeError(name)
+        return getattr(self._model, name)
+
+    def prepare(self, prompt_ids, prompt_lengths, max_length):
+        return self._model.prepare(prompt_ids, prompt_lengths, max_length)
+
+    def decode(self, context, cache, ids, positions, live_width=None):
+        logits, cache = self._model.decode(context, cache, ids, positions)
+        if live_width is None:
+            return logits, cache
+        self.live_calls += 1  # At trace time: counts the compiled calls that pass it.
+        past = tf.range(ids.shape[1])[None, :] >= live_width - self._shift       # [1, W]
+        logits = tf.where(past[..., None], tf.one_hot(2, logits.shape[-1]) * 1e4, logits)
+        heads = cache.keys[0].shape[1]
+        grid = [ids.shape[0], heads, ids.shape[1]]
+        indices = tf.stack([tf.broadcast_to(tf.range(grid[0])[:, None, None], grid),
+                            tf.broadcast_to(tf.range(heads)[None, :, None], grid),
+                            tf.broadcast_to(positions[:, None, :], grid)], axis=-1)
+
+        def poison(layer):  # [B, H, L, d]: the slots of entries past live_width <- 1e3
+            written = tf.gather_nd(layer, indices)                            # [B, H, W, d]
+            return tf.tensor_scatter_nd_update(
+                layer, indices, tf.where(past[:, None, :, None], 1e3, written))
+
+        return logits, type(cache)(tuple(map(poison, cache.keys)),
+                                   tuple(map(poison, cache.values)))
+
+
+@pytest.mark.parametrize("auto", [
+    adaptive.AutoDraft(k_max=4, confidence=0.0, initial_k=1, fallback=False),
+    adaptive.AutoDraft(k_max=5, confidence=0.3, initial_k=5, fallback=False),
+], ids=["grow-from-1", "confidence-0.3"])
+def test_auto_never_reads_past_the_live_width_it_passes(models, auto):
+    """Adaptive rounds pass live_width = 1 + the longest draft of the round to a target that
+    takes it; the rule and the cache must never need an entry past it (poisoned here), so
+    greedy decoding still equals autoregressive decoding, while a loop that passed one
+    entry too few (shift = 1) decodes differently."""
+    target, _ = models
+    draft = target  # Accepts every draft: rows differ only in where they stopped drafting.
+    ar = tfspec.generate(target, PROMPTS, max_new_tokens=16, sampling=GREEDY, eos_id=None)
+    poisoned = _PoisonedTail(target)
+    gen = tfspec.generate(poisoned, PROMPTS, draft=draft, k=auto, max_new_tokens=16,
+                          sampling=GREEDY, eos_id=None)
+    assert poisoned.live_calls > 0, "the loop never passed live_width"
+    np.testing.assert_array_equal(gen.tokens, ar.tokens)
+    assert gen.stats.accepted.sum() > 0
+    adaptive.reset()
+    short = tfspec.generate(_PoisonedTail(target, shift=1), PROMPTS, draft=draft, k=auto,
+                            max_new_tokens=16, sampling=GREEDY, eos_id=None)
+    assert not np.array_equal(short.tokens, ar.tokens)
+
+
 @pytest.mark.parametrize("horizon, drafted, accepted, live, expected", [
     (3, 3, 3, True, 5),   # the whole horizon drafted and accepted: + 2
     (3, 3, 1, True, 2),   # a rejection: - 1

@@ -131,6 +131,33 @@ def test_every_instruction_set_gives_the_same_products_bit_for_bit(rows, half_wi
         np.testing.assert_array_equal(product, first, err_msg=isa)
 
 
+@pytest.mark.parametrize("half_width", [False, True])
+@pytest.mark.parametrize("batch,width", [(1, 5), (3, 5), (2, 9), (4, 1)])
+def test_live_width_computes_the_live_entries_bit_for_bit_and_zeros_the_rest(
+        batch, width, half_width):
+    """`matmul(..., live_width=w)` on x [B, W, K]: entries [:, :w] are the bits of the full
+    product (one call per w, including 0 and W), the rest are 0; several batch rows are
+    gathered into one block, so each row's live entries must land back in its own place."""
+    rng = np.random.default_rng(batch * 10 + width)
+    x = rng.standard_normal((batch, width, 200)).astype(np.float32)
+    kernel = _to_bfloat16_values(rng.standard_normal((200, 1000)))
+    kernel_panels = kernels.panels(tf.constant(kernel), half_width=half_width)
+    full = tf.function(lambda a: kernels.matmul(a, kernel_panels, 1000), jit_compile=True,
+                       autograph=False)(tf.constant(x)).numpy()
+    live_fn = tf.function(lambda a, w: kernels.matmul(a, kernel_panels, 1000, w),
+                          jit_compile=True, autograph=False)
+    for live in range(width + 1):
+        got = live_fn(tf.constant(x), tf.constant(live)).numpy()
+        np.testing.assert_array_equal(got[:, :live], full[:, :live], err_msg=f"w={live}")
+        assert not got[:, live:].any(), f"entries past live_width {live} are not 0"
+
+
+def test_live_width_needs_a_window_axis():
+    kernel_panels = kernels.panels(tf.ones([8, 16]))
+    with pytest.raises(ValueError, match="rank 3"):
+        kernels.matmul(tf.ones([4, 8]), kernel_panels, 16, tf.constant(2))
+
+
 def test_an_unknown_instruction_set_is_refused():
     with pytest.raises(ValueError, match="is not one of"):
         with kernels.instruction_set("sse9"):
@@ -268,6 +295,39 @@ def test_t5_decode_with_and_without_the_kernel_agree():
                            sampling=tfspec.Sampling(temperature=0.0))
     assert kernels.existing_panel_cache(model).ready
     np.testing.assert_array_equal(fast.tokens, plain.tokens)
+
+
+@pytest.mark.parametrize("live_width", [1, 2, 4])
+def test_t5_decode_live_width_keeps_the_live_entries_and_the_cache_they_write(live_width):
+    """`T5.decode(..., live_width)` through the kernel: logits of entries < live_width and
+    the cache slots they write are the bits of the full-width call, so a loop that reads
+    only those cannot tell the calls apart."""
+    model = _model(7)
+    model.refresh_decode_panels()
+    ids, lengths = tf.constant([[5, 6, 7, 8], [9, 10, 0, 0]]), tf.constant([4, 2])
+    window = tf.constant([[3, 11, 12, 13], [4, 14, 15, 16]])
+    positions = tf.constant([[2, 3, 4, 5], [0, 1, 2, 3]])
+
+    def run(width):
+        context, cache = model.prepare(ids, lengths, 8)
+        assert context.panels is not None
+        logits, cache = model.decode(context, cache, window, positions, width)
+        return logits, cache.keys, cache.values
+
+    full = tf.function(lambda: run(None), jit_compile=True)()
+    live = tf.function(lambda: run(tf.constant(live_width)), jit_compile=True)()
+    np.testing.assert_array_equal(live[0].numpy()[:, :live_width],
+                                  full[0].numpy()[:, :live_width])
+    for got_layers, want_layers in zip(live[1:], full[1:]):
+        for got, want in zip(got_layers, want_layers):
+            for row in range(2):
+                slots = positions.numpy()[row, :live_width]
+                np.testing.assert_array_equal(got.numpy()[row, :, slots],
+                                              want.numpy()[row, :, slots])
+    # The skipped entries were skipped: their logits are not the full call's.
+    if live_width < 4:
+        assert not np.array_equal(live[0].numpy()[:, live_width:],
+                                  full[0].numpy()[:, live_width:])
 
 
 def test_a_context_prepared_in_xla_decodes_outside_it():

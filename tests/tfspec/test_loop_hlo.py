@@ -62,19 +62,25 @@ def _config(layers, d_model, heads):
                     feed_forward_proj="gated-gelu", tie_word_embeddings=False)
 
 
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed_k", "auto"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_no_whole_cache_copy_inside_the_loop(temperature, batch):
+def test_no_whole_cache_copy_inside_the_loop(temperature, batch, adaptive):
+    """Also in adaptive mode, whose verify is a conditional over compiled widths: each
+    branch must update the cache operand in place, not copy it."""
     target = T5(_config(2, 32, 4), seed=0)
     draft = T5(_config(1, 24, 3), seed=1)
     k, max_new_tokens = 3, 10
     config = decoding.LoopConfig(k=k, max_new_tokens=max_new_tokens,
-                                 sampling=tfspec.Sampling(temperature), eos_id=1, start_id=0)
+                                 sampling=tfspec.Sampling(temperature), eos_id=1, start_id=0,
+                                 adaptive=decoding.Adaptive() if adaptive else None)
     run = generation._loop_fn(target, draft, config, True, acceptance.accept,  # pylint: disable=protected-access
                               sampling.sample_categorical)
     prompts = tf.constant(np.arange(3, 3 + 8 * batch).reshape(batch, 8), tf.int32)
     inputs = (prompts, tf.fill([batch], 8), tf.range(batch, dtype=tf.int64),
               tf.constant(0, tf.int64))
+    if adaptive:
+        inputs = inputs[:3] + (tf.fill([batch], 2), inputs[3])     # the rows' first horizons
     hlo = run.experimental_get_compiler_ir(*inputs)(stage="optimized_hlo")
     computations = _computations(hlo)
     in_loop = _loop_computations(computations)

@@ -304,9 +304,16 @@ def bfloat16_exact(kernel: tf.Tensor) -> bool:
     return bool(tf.reduce_all(tf.equal(tf.bitwise.bitwise_and(bits, 0xFFFF), 0)))
 
 
-def matmul(x: tf.Tensor, kernel_panels: tf.Tensor, n_dim: int) -> tf.Tensor:
+def matmul(x: tf.Tensor, kernel_panels: tf.Tensor, n_dim: int,
+           live_width: Optional[tf.Tensor] = None) -> tf.Tensor:
     """x float32 [..., K] (static shape) @ the [K, n_dim] kernel of `kernel_panels` (float32
     or half-width bfloat16 panels) -> float32 [..., n_dim].
+
+    `live_width` (int32 [], for x [B, W, K]): only entries w < live_width of every row b
+    are computed, each the same bits as without it (rows do not depend on their
+    companions); entries w >= live_width are 0. A verify window whose rows drafted fewer
+    than its width then costs what its live part does (`decoding` passes it in adaptive
+    mode).
 
     Only inside an XLA-compiled function on CPU, with `enabled()` True.
     """
@@ -319,8 +326,13 @@ def matmul(x: tf.Tensor, kernel_panels: tf.Tensor, n_dim: int) -> tf.Tensor:
         rows *= d
     flat = tf.reshape(tf.cast(x, tf.float32), [rows, k_dim])
     target = HALF_WIDTH_TARGET_NAME if kernel_panels.dtype == tf.bfloat16 else TARGET_NAME
-    (y,) = _custom_call([flat, kernel_panels], target, f"{rows},{k_dim},{n_dim}", False,
-                        [tf.float32], [[rows, n_dim]])
+    operands, dims = [flat, kernel_panels], f"{rows},{k_dim},{n_dim}"
+    if live_width is not None:
+        if len(leading) != 2:
+            raise ValueError(f"live_width needs x of rank 3 [B, W, K], got shape {x.shape}")
+        operands.append(tf.reshape(tf.cast(live_width, tf.int32), [1]))
+        dims += f",{leading[1]}"
+    (y,) = _custom_call(operands, target, dims, False, [tf.float32], [[rows, n_dim]])
     return tf.reshape(y, list(leading) + [n_dim])
 
 

@@ -29,7 +29,8 @@
 //
 // Custom-call ABI: XLA's API_VERSION_STATUS_RETURNING_UNIFIED (what TensorFlow's
 // XlaCustomCallV2 emits): out = array of result pointers, in = operand pointers, opaque =
-// the backend config "M,K,N".
+// the backend config "M,K,N", or "M,K,N,G" with a third operand: the live rows of every
+// group of G rows (see LiveRowsMatmul).
 
 #include <immintrin.h>
 
@@ -38,6 +39,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -402,26 +404,83 @@ void RowsMatmul(const float* x, const W* w_panels, float* y, const Dims& d) {
   Panels(x, w_panels, y, d, 0, panels);
 }
 
+// The product for the first `live` rows of every group of `group` consecutive rows only
+// (the live part of each batch row's window); the other rows of y are set to zero. Computed
+// rows are the same bits as in RowsMatmul (rows do not depend on their companions); with
+// several groups the live rows are first gathered into one contiguous block, so that a
+// register block still reads each weight once for all of them.
+template <typename W>
+void LiveRowsMatmul(const float* x, const W* w_panels, float* y, const Dims& d, long group,
+                    long live) {
+  if (live >= group) {
+    RowsMatmul(x, w_panels, y, d);
+    return;
+  }
+  if (live < 0) live = 0;
+  const long groups = d.m / group;
+  if (live > 0) {
+    Dims compact = d;
+    compact.m = groups * live;
+    if (groups == 1) {
+      RowsMatmul(x, w_panels, y, compact);
+    } else {
+      thread_local std::vector<float> cx, cy;
+      cx.resize(compact.m * d.k);
+      cy.resize(compact.m * d.n);
+      for (long g = 0; g < groups; ++g) {
+        std::memcpy(cx.data() + g * live * d.k, x + g * group * d.k,
+                    sizeof(float) * live * d.k);
+      }
+      RowsMatmul(cx.data(), w_panels, cy.data(), compact);
+      for (long g = 0; g < groups; ++g) {
+        std::memcpy(y + g * group * d.n, cy.data() + g * live * d.n,
+                    sizeof(float) * live * d.n);
+      }
+    }
+  }
+  for (long g = 0; g < groups; ++g) {
+    std::memset(y + (g * group + live) * d.n, 0, sizeof(float) * (group - live) * d.n);
+  }
+}
+
+// "M,K,N" or "M,K,N,G": with G (rows per group, dividing M) a third operand, int32[1], holds
+// how many leading rows of every group to compute (LiveRowsMatmul).
+bool ParseGroup(const char* opaque, size_t len, long* group) {
+  std::string s(opaque, len);
+  long m, k, n;
+  return sscanf(s.c_str(), "%ld,%ld,%ld,%ld", &m, &k, &n, group) == 4 && *group > 0 &&
+         m % *group == 0;
+}
+
+template <typename W>
+void Product(void* out, const void** in, const char* opaque, size_t opaque_len) {
+  Dims d;
+  if (!ParseDims(opaque, opaque_len, &d)) return;  // tfspec always passes valid dims.
+  const float* x = static_cast<const float*>(in[0]);
+  const W* w_panels = static_cast<const W*>(in[1]);
+  // One result: XLA passes the result buffer itself (not a one-element tuple) here.
+  float* y = static_cast<float*>(out);
+  long group = 0;
+  if (ParseGroup(opaque, opaque_len, &group)) {
+    LiveRowsMatmul(x, w_panels, y, d, group, *static_cast<const int32_t*>(in[2]));
+  } else {
+    RowsMatmul(x, w_panels, y, d);
+  }
+}
+
 }  // namespace
 
 extern "C" void tfspec_rows_matmul_f32(void* out, const void** in, const char* opaque,
                                        size_t opaque_len, XlaCustomCallStatus_* status) {
   (void)status;
-  Dims d;
-  if (!ParseDims(opaque, opaque_len, &d)) return;  // tfspec always passes valid dims.
-  // One result: XLA passes the result buffer itself (not a one-element tuple) here.
-  RowsMatmul(static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
-             static_cast<float*>(out), d);
+  Product<float>(out, in, opaque, opaque_len);
 }
 
 // The same product from half-width panels (uint16 bit patterns of bfloat16 weights).
 extern "C" void tfspec_rows_matmul_bf16w(void* out, const void** in, const char* opaque,
                                          size_t opaque_len, XlaCustomCallStatus_* status) {
   (void)status;
-  Dims d;
-  if (!ParseDims(opaque, opaque_len, &d)) return;
-  RowsMatmul(static_cast<const float*>(in[0]), static_cast<const uint16_t*>(in[1]),
-             static_cast<float*>(out), d);
+  Product<uint16_t>(out, in, opaque, opaque_len);
 }
 
 namespace {

@@ -179,3 +179,24 @@ class DraftVocabulary(Protocol):
     """
 
     draft_vocab_ids: Optional[Any]
+
+
+class LiveWidth(Protocol):
+    """A model whose `decode` can skip the tail of a window (`tfspec.models.T5` on CPU).
+
+    `decodes_live_width = True`, and `decode(context, cache, ids, positions, live_width)`
+    (and `decode_with_features(..., feature_layers, live_width)` for a `FeatureTarget`)
+    takes int32 [] `live_width` in [1, W]: entries w < live_width must be exactly what they
+    are without it; entries past it (their logits, features and the cache slots they
+    write) may be anything. Adaptive draft length (`decoding.decode_loop`) passes
+    1 + the round's longest draft count, so a verify whose rows stopped drafting early costs
+    what their drafts need, not the compiled k + 1 entries. Models without the attribute
+    are called without the argument.
+
+    Worked example, k = 4 (windows of 5), two rows that drafted m = [2, 1]: live_width = 3;
+    the rule reads row 0's slots 0 .. 2 and row 1's slots 0 .. 1, all live; slots 3 .. 4 of
+    both rows lie past their new lengths n + a + 1 <= n + 3, so the cache slots they write
+    are stale and are rewritten before any query reads them.
+    """
+
+    decodes_live_width: bool

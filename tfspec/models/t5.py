@@ -302,7 +302,7 @@ class T5(keras.Model):
     def _decoder_layers(self, x: tf.Tensor, bias: tf.Tensor, self_mask: tf.Tensor,
                         context: T5Context, cache: Optional[T5Cache] = None,
                         write_indices: Optional[tf.Tensor] = None,
-                        collect: Tuple[int, ...] = ()):
+                        collect: Tuple[int, ...] = (), live_width=None):
         """Runs the decoder blocks on a window.
 
         Args:
@@ -315,6 +315,7 @@ class T5(keras.Model):
           write_indices: int32 [B, H, W, 3] (row, head, position) triples where the window's
             keys and values go, required with `cache`.
           collect: indices of the blocks whose output residual streams are also returned.
+          live_width: int32 [] or None, see `decode`.
 
         Returns:
           (x float32 [B, W, D] before the final norm, updated T5Cache or None, tuple of the
@@ -327,12 +328,16 @@ class T5(keras.Model):
         d_model, inner = config.d_model, config.num_heads * config.d_kv
         ffn_width = 2 * config.d_ff if config.is_gated_act else config.d_ff
         new_keys, new_values, outputs = [], [], {}
+
+        def product(h, layer_panels, columns):
+            return kernels.matmul(h, layer_panels, columns, live_width)
+
         for i, block in enumerate(self.decoder_blocks):
             h = block.self_attention_norm.normalize(x, compute)
             if panels is not None:
                 attention = block.self_attention
                 query, keys, values = (attention.split_heads(y) for y in tf.split(
-                    kernels.matmul(h, panels[i].self_qkv, 3 * inner), 3, axis=-1))
+                    product(h, panels[i].self_qkv, 3 * inner), 3, axis=-1))
             else:
                 query = block.self_attention.query(h)
                 keys, values = block.self_attention.keys_values(h)
@@ -349,29 +354,29 @@ class T5(keras.Model):
                 new_values.append(values)
             heads = attend(query, keys, values, bias, self_mask)
             if panels is not None:
-                x = x + kernels.matmul(block.self_attention.merge_heads(heads),
-                                       panels[i].self_out, d_model)
+                x = x + product(block.self_attention.merge_heads(heads), panels[i].self_out,
+                                d_model)
             else:
                 x = x + tf.cast(block.self_attention.project_output(heads), tf.float32)
 
             h = block.cross_attention_norm.normalize(x, compute)
             if panels is not None:
                 query = block.cross_attention.split_heads(
-                    kernels.matmul(h, panels[i].cross_query, inner))
+                    product(h, panels[i].cross_query, inner))
             else:
                 query = block.cross_attention.query(h)
             heads = attend(query, context.cross_keys[i], context.cross_values[i], None,
                            cross_mask)
             if panels is not None:
-                x = x + kernels.matmul(block.cross_attention.merge_heads(heads),
-                                       panels[i].cross_out, d_model)
+                x = x + product(block.cross_attention.merge_heads(heads), panels[i].cross_out,
+                                d_model)
             else:
                 x = x + tf.cast(block.cross_attention.project_output(heads), tf.float32)
 
             h = block.ffn_norm.normalize(x, compute)
             if panels is not None:
-                hidden = block.ffn.hidden(kernels.matmul(h, panels[i].ffn_in, ffn_width))
-                x = x + kernels.matmul(hidden, panels[i].ffn_out, d_model)
+                hidden = block.ffn.hidden(product(h, panels[i].ffn_in, ffn_width))
+                x = x + product(hidden, panels[i].ffn_out, d_model)
             else:
                 x = x + tf.cast(block.ffn.transform(h), tf.float32)
             outputs[i] = x
@@ -611,8 +616,12 @@ class T5(keras.Model):
         zeros = tuple(tf.zeros(shape, self.compute_dtype) for _ in self.decoder_blocks)
         return context, T5Cache(keys=zeros, values=tuple(tf.identity(z) for z in zeros))
 
+    # The `LiveWidth` extension of `tfspec/models/protocol.py`: `decode` takes `live_width`.
+    decodes_live_width = True
+
     def decode(self, context: T5Context, cache: T5Cache, ids: tf.Tensor,
-               positions: tf.Tensor) -> Tuple[tf.Tensor, T5Cache]:
+               positions: tf.Tensor, live_width: Optional[tf.Tensor] = None
+               ) -> Tuple[tf.Tensor, T5Cache]:
         """Decodes a window at per-row positions, writing its K/V into the cache.
 
         Args:
@@ -620,23 +629,32 @@ class T5(keras.Model):
           cache: from `prepare` or a previous `decode`.
           ids: int32 [B, W], the tokens at `positions`.
           positions: int32 [B, W], consecutive per row, in [0, max_length); rows may differ.
+          live_width: int32 [] in [1, W], or None (= W): only window entries
+            w < live_width are needed. Where the kernel products serve the call, the entries
+            past it are skipped: their logits and the K/V they write are unspecified (the
+            cache invariant makes such slots stale), while entries w < live_width are the
+            same bits as without it (every computation is per entry, and attention reads only
+            slots <= the entry's own position). Elsewhere it is ignored.
 
         Returns:
           (logits float32 [B, W, V] (N columns with a draft vocabulary, see
           `set_draft_vocabulary`), entry w = next-token logits after ids[:, w];
           the cache with slots `positions` of every row overwritten).
         """
-        logits, _, cache = self.decode_with_features(context, cache, ids, positions, ())
+        logits, _, cache = self.decode_with_features(context, cache, ids, positions, (),
+                                                     live_width)
         return logits, cache
 
     def decode_with_features(self, context: T5Context, cache: T5Cache, ids: tf.Tensor,
-                             positions: tf.Tensor, feature_layers: Tuple[int, ...] = (-1,)
+                             positions: tf.Tensor, feature_layers: Tuple[int, ...] = (-1,),
+                             live_width: Optional[tf.Tensor] = None
                              ) -> Tuple[tf.Tensor, Optional[tf.Tensor], T5Cache]:
         """`decode` that also hands over the features a feature draft reads (the
         `FeatureTarget` extension of `tfspec/models/protocol.py`).
 
         Args:
-          context, cache, ids, positions: as in `decode`.
+          context, cache, ids, positions, live_width: as in `decode` (features past
+            live_width are unspecified too).
           feature_layers: static; -1 is the final decoder states (after the final norm, the
             LM head's input: HF's `last_hidden_state`), i >= 0 the residual stream after
             decoder block i. Empty: no features (plain `decode`).
@@ -662,14 +680,15 @@ class T5(keras.Model):
         bias, mask = self._decoder_bias(positions, key_length)
         x, cache, collected = self._decoder_layers(
             self._embed(ids), bias, mask, context, cache, write_indices,
-            collect=self._collected(feature_layers))
+            collect=self._collected(feature_layers), live_width=live_width)
         states = self._final_decoder_states(x)
         features = self._features(states, collected, feature_layers)
         return self.decode_logits(context, states, single=ids.shape[0] == 1
-                                  and ids.shape[1] == 1), features, cache
+                                  and ids.shape[1] == 1, live_width=live_width), features, cache
 
     def decode_logits(self, context: T5Context, states: tf.Tensor,
-                      single: bool = False) -> tf.Tensor:
+                      single: bool = False, live_width: Optional[tf.Tensor] = None
+                      ) -> tf.Tensor:
         """The decode path's LM head: float32 [B, W, D] final states -> [B, W, V] logits
         ([B, W, N] over a draft vocabulary), through the kernel panels where they apply.
 
@@ -677,13 +696,14 @@ class T5(keras.Model):
           context: from `prepare`.
           states: float32 [B, W, D].
           single: static, a one-row, one-token call (see below).
+          live_width: int32 [] or None, see `decode`.
         """
         columns = (self._config.vocab_size if self._draft_vocabulary is None
                    else self._draft_vocabulary.size)
         if context.lm_head_panels is not None and _kernel_applies(states):
             if self._config.rescales_decoder_output:
                 states = states * (self._config.d_model ** -0.5)
-            return kernels.matmul(states, context.lm_head_panels, columns)
+            return kernels.matmul(states, context.lm_head_panels, columns, live_width)
         lm_head = context.lm_head
         if (self.lm_head is None and self._dtype_name == "float32" and single
                 and self._draft_vocabulary is None):

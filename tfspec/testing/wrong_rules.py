@@ -44,6 +44,9 @@ class ForgetfulCache:
     any model's cache layout.
     """
 
+    # Its `decode` takes no `live_width` (protocol.py's `LiveWidth`), whatever the model's.
+    decodes_live_width = False
+
     def __init__(self, model):
         self._model = model
 
