@@ -155,17 +155,30 @@ def vocabulary_inverse(vocab_ids: tf.Tensor, vocab_size: int) -> tf.Tensor:
                                        tf.range(n))
 
 
-def _draft_step(draft, draft_context, cache, ids, positions, features):
+def _draft_step(draft, draft_context, cache, ids, positions, features, live=None):
     """One draft decode of a window: (logits [batch, W, V], features, cache).
 
     Feature drafts take and return features float32 [batch, W, D]; for other drafts
     `features` passes through unchanged (a [batch, 0] stand-in, so that both kinds carry
-    loop variables of one static shape).
+    loop variables of one static shape). `live`: bool [batch] or None, the rows whose
+    entries are needed (`_live_kwargs`).
     """
     if uses_target_features(draft):
         return draft.decode(draft_context, cache, ids, positions, features)
-    logits, cache = draft.decode(draft_context, cache, ids, positions)
+    logits, cache = draft.decode(draft_context, cache, ids, positions,
+                                 **_live_kwargs(draft, live, ids.shape[1]))
     return logits, features, cache
+
+
+def _live_kwargs(model, live, width: int, live_width=None) -> dict:
+    """The `live_width` argument for a model that takes it (`LiveWidth` in protocol.py),
+    else nothing: int32 [batch], `live_width` (default: the whole window, `width`) for live
+    rows and 0 for the others, so that rows that have finished or stopped drafting cost
+    nothing in the products. What those rows get back is unspecified, and is never read:
+    their logits are discarded and their cache slots lie past their lengths."""
+    if live is None or not getattr(model, "decodes_live_width", False):
+        return {}
+    return {"live_width": tf.where(live, width if live_width is None else live_width, 0)}
 
 
 def _gather_rows(values: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
@@ -261,8 +274,10 @@ def _draft_block(draft, draft_context, draft_cache, last_ids, n, done, horizon, 
                  tf.one_hot(ids_buf, vocab_size, dtype=tf.float32))
 
     def step(i, token, stopped, drafted, cache, ids_buf, probs_buf, features):
+        # Rows that stopped drafting keep stepping (the step is batched) into stale slots;
+        # their products are skipped.
         logits, features, cache = _draft_step(draft, draft_context, cache, token[:, None],
-                                              (n + i)[:, None], features[:, None])
+                                              (n + i)[:, None], features[:, None], ~stopped)
         features = features[:, 0]
         token, probs, confidence = choose(logits[:, 0], i)
         ids_buf = tf.tensor_scatter_nd_update(ids_buf, [[i]], token[None])
@@ -348,7 +363,7 @@ def _parallel_draft_block(draft, draft_context, draft_cache, last_ids, done, hor
 
 
 def _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n, drafted=None,
-                    verified_features=None):
+                    verified_features=None, live=None):
     """Writes d_k into the draft cache at position n + k (a feature draft: d_1 .. d_k at
     n + 1 .. n + k, from the target's true features).
 
@@ -386,6 +401,8 @@ def _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n, drafted=Non
       drafted: int32 [batch], each row's m (adaptive mode), or None: every row drafted k.
       verified_features: float32 [batch, k + 1, D], the target's features at n .. n + k in
         the draft's input space (feature drafts), or None.
+      live: bool [batch], the rows that had not finished before the round, or None (all):
+        finished rows' writes are skipped where the draft can (`_live_kwargs`).
 
     Returns:
       The draft cache.
@@ -404,13 +421,14 @@ def _draft_catch_up(draft, draft_context, draft_cache, draft_ids, n, drafted=Non
         last = tf.maximum(drafted - 1, 0)
         last_ids = _gather_rows(draft_ids, last)[:, None]
         last_positions = (n + last + 1)[:, None]
-    _, cache = draft.decode(draft_context, draft_cache, last_ids, last_positions)
+    _, cache = draft.decode(draft_context, draft_cache, last_ids, last_positions,
+                            **_live_kwargs(draft, live, 1))
     return cache
 
 
 def _verify(target, target_context, target_cache, window_ids, positions, draft_ids,
             draft_probs, keys, round_idx, config: LoopConfig, accept_fn, drafted=None,
-            feature_layers=()):
+            feature_layers=(), live=None):
     """Steps 3-4 of the round: one target call over k + 1 positions, then the rule.
 
     Adaptive mode: a row with m < k drafts is judged on its first m only. The rule runs on
@@ -427,33 +445,31 @@ def _verify(target, target_context, target_cache, window_ids, positions, draft_i
       draft_probs: float32 [batch, k, V], or None (k = 0 or greedy).
       drafted: int32 [batch], each row's m (adaptive mode), or None.
       feature_layers: the target features a feature draft reads (empty: none).
+      live: bool [batch], the rows that have not finished, or None (all).
 
     Returns:
       (num_accepted int32 [batch], next_ids int32 [batch], beta float32 [batch, k] or None,
       target_cache, features float32 [batch, k + 1, F] at positions n .. n + k or None).
     """
-    live_width = None
-    if drafted is not None and getattr(target, "decodes_live_width", False):
-        # The rule reads slots 0 .. m_b of row b only, so entries past 1 + max_b m_b are
-        # never needed: a target that can skip them (`LiveWidth` in protocol.py) makes the
-        # call cost what the longest row's drafts need, not k + 1 entries. The cache slots
-        # it leaves unspecified lie past every row's new length n + a + 1 <= n + m_b + 1:
-        # stale slots under the cache invariant. Finished rows have m_b = 0; a live row
-        # drafted at least once, so live_width >= 2 while any row is live.
-        live_width = tf.reduce_max(drafted) + 1
+    # A target that can skip entries (`LiveWidth` in protocol.py) computes, per row, only
+    # what the rule reads: slots 0 .. m_b of a live row (all k + 1 at a fixed k; 1 + m_b in
+    # adaptive mode, so a row that stopped drafting early costs what its drafts need) and
+    # nothing of a finished row. The cache slots left unspecified lie past each live row's
+    # new length n + a + 1 <= n + m_b + 1 (stale slots under the cache invariant), or belong
+    # to a finished row, which is never decoded again.
+    live_width = None if drafted is None else drafted + 1
     target_logits, features, target_cache = _target_window(
         target, target_context, target_cache, window_ids, positions, feature_layers,
-        live_width)
+        _live_kwargs(target, live, window_ids.shape[1], live_width))
     result = _judge(target_logits, draft_ids, draft_probs, keys, round_idx, config,
                     accept_fn, drafted, draft_vocabulary(target))
     return result + (target_cache, features)
 
 
 def _target_window(target, target_context, target_cache, window_ids, positions,
-                   feature_layers, live_width=None):
+                   feature_layers, live):
     """One target call over a window: (logits [batch, W, V], features [batch, W, F] or
-    None, target_cache). `live_width`: int32 [] or None, passed on (`LiveWidth`)."""
-    live = {} if live_width is None else {"live_width": live_width}
+    None, target_cache). `live`: `_live_kwargs`, passed on."""
     if feature_layers:
         # The feature hand-off: the same target call gives the features, no extra pass.
         return target.decode_with_features(target_context, target_cache, window_ids,
@@ -643,7 +659,7 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
             target, target_context, state.target_cache, window_ids, n[:, None] + slot,
             draft_ids if k > 0 else None, draft_probs if k > 0 else None, keys,
             state.round_idx, config, accept_fn, drafted if adaptive else None,
-            feature_layers)
+            feature_layers, live)
         verified_features = (draft.input_features(target_features) if feature_draft
                              else None)                                      # [batch, k+1, D]
         proposed = (tf.concat([draft_ids, next_ids[:, None]], axis=1) if k > 0
@@ -681,7 +697,7 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
             if not parallel_draft:  # Parallel drafts keep no cache.
                 draft_cache = _draft_catch_up(draft, draft_context, draft_cache, draft_ids,
                                               n, drafted if adaptive else None,
-                                              verified_features)
+                                              verified_features, live)
             accepted_now = tf.minimum(num_accepted, counted)
             verified_now = tf.minimum(num_accepted + 1, counted)
             verified_mask = tf.cast(slot[:, :k] < verified_now[:, None], tf.float32)

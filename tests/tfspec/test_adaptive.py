@@ -88,11 +88,11 @@ def test_without_the_confidence_test_rows_draft_their_horizon(models):
 
 
 class _PoisonedTail:
-    """A T5 target that takes `live_width` (protocol.py's `LiveWidth`) and poisons
-    everything past it: those entries' logits become a one-hot on token 2 and the cache
-    slots they write hold 1e3. A loop that read any of it would decode differently from
-    autoregressive decoding. With `shift` = 1 it also poisons the last live entry: what a
-    loop passing one entry too few would see (the power check)."""
+    """A T5 that takes `live_width` (protocol.py's `LiveWidth`) and poisons everything past
+    it in each row: those entries' logits become a one-hot on token 2 and the cache slots
+    they write hold 1e3. A loop that read any of it would decode differently from
+    autoregressive decoding. With `shift` = 1 it also poisons each live row's last live
+    entry: what a loop passing one entry too few would see (the power check)."""
 
     decodes_live_width = True
 
@@ -112,7 +112,8 @@ class _PoisonedTail:
         if live_width is None:
             return logits, cache
         self.live_calls += 1  # At trace time: counts the compiled calls that pass it.
-        past = tf.range(ids.shape[1])[None, :] >= live_width - self._shift       # [1, W]
+        live = tf.maximum(live_width - self._shift, 0)[:, None]                 # [B, 1]
+        past = tf.range(ids.shape[1])[None, :] >= live                         # [B, W]
         logits = tf.where(past[..., None], tf.one_hot(2, logits.shape[-1]) * 1e4, logits)
         heads = cache.keys[0].shape[1]
         grid = [ids.shape[0], heads, ids.shape[1]]
@@ -129,27 +130,33 @@ class _PoisonedTail:
                                    tuple(map(poison, cache.values)))
 
 
-@pytest.mark.parametrize("auto", [
+@pytest.mark.parametrize("k", [
     adaptive.AutoDraft(k_max=4, confidence=0.0, initial_k=1, fallback=False),
     adaptive.AutoDraft(k_max=5, confidence=0.3, initial_k=5, fallback=False),
-], ids=["grow-from-1", "confidence-0.3"])
-def test_auto_never_reads_past_the_live_width_it_passes(models, auto):
-    """Adaptive rounds pass live_width = 1 + the longest draft of the round to a target that
-    takes it; the rule and the cache must never need an entry past it (poisoned here), so
-    greedy decoding still equals autoregressive decoding, while a loop that passed one
-    entry too few (shift = 1) decodes differently."""
+    3, 0,
+], ids=["auto-grow-from-1", "auto-confidence-0.3", "k3", "autoregressive"])
+def test_the_loop_never_reads_past_the_live_widths_it_passes(models, k):
+    """Every round passes each row's live width to a target that takes it: 1 + its drafts
+    (k + 1 at a fixed k, 1 + m_b in auto mode, 1 autoregressively), 0 once it has finished.
+    The rule and the cache must never need an entry past it (poisoned here), so greedy
+    decoding still equals autoregressive decoding, while a loop that passed one entry too
+    few per live row (shift = 1) decodes differently. The EOS is a token row 0 emits early,
+    so rows finish in different rounds."""
     target, _ = models
-    draft = target  # Accepts every draft: rows differ only in where they stopped drafting.
-    ar = tfspec.generate(target, PROMPTS, max_new_tokens=16, sampling=GREEDY, eos_id=None)
+    draft = target if k else None  # Accepts every draft: rows differ in where they stop.
+    first = tfspec.generate(target, PROMPTS, max_new_tokens=16, sampling=GREEDY, eos_id=None)
+    eos = int(first.tokens[0, 2])
+    ar = tfspec.generate(target, PROMPTS, max_new_tokens=16, sampling=GREEDY, eos_id=eos)
+    assert len(set(ar.lengths.tolist())) > 1, "rows finish together: choose another EOS"
     poisoned = _PoisonedTail(target)
-    gen = tfspec.generate(poisoned, PROMPTS, draft=draft, k=auto, max_new_tokens=16,
-                          sampling=GREEDY, eos_id=None)
+    gen = tfspec.generate(poisoned, PROMPTS, draft=draft, k=k, max_new_tokens=16,
+                          sampling=GREEDY, eos_id=eos)
     assert poisoned.live_calls > 0, "the loop never passed live_width"
     np.testing.assert_array_equal(gen.tokens, ar.tokens)
-    assert gen.stats.accepted.sum() > 0
+    np.testing.assert_array_equal(gen.lengths, ar.lengths)
     adaptive.reset()
-    short = tfspec.generate(_PoisonedTail(target, shift=1), PROMPTS, draft=draft, k=auto,
-                            max_new_tokens=16, sampling=GREEDY, eos_id=None)
+    short = tfspec.generate(_PoisonedTail(target, shift=1), PROMPTS, draft=draft, k=k,
+                            max_new_tokens=16, sampling=GREEDY, eos_id=eos)
     assert not np.array_equal(short.tokens, ar.tokens)
 
 

@@ -132,13 +132,16 @@ def test_every_instruction_set_gives_the_same_products_bit_for_bit(rows, half_wi
 
 
 @pytest.mark.parametrize("half_width", [False, True])
-@pytest.mark.parametrize("batch,width", [(1, 5), (3, 5), (2, 9), (4, 1)])
+@pytest.mark.parametrize("live_widths", [[0], [3], [5], [2, 5, 0], [5, 5, 1], [0, 0, 0],
+                                         [1, 3, 5, 2], [9, 9, 9, 9]])
 def test_live_width_computes_the_live_entries_bit_for_bit_and_zeros_the_rest(
-        batch, width, half_width):
-    """`matmul(..., live_width=w)` on x [B, W, K]: entries [:, :w] are the bits of the full
-    product (one call per w, including 0 and W), the rest are 0; several batch rows are
-    gathered into one block, so each row's live entries must land back in its own place."""
-    rng = np.random.default_rng(batch * 10 + width)
+        live_widths, half_width):
+    """`matmul(..., live_width)` on x [B, W, K]: entries [b, :live_width[b]] are the bits of
+    the full product, the rest are 0. Rows' live entries are gathered into one block (or
+    used in place when they already are one, as with [5, 5, 1]), so each must land back in
+    its own place; a scalar live width applies to every row."""
+    batch, width = len(live_widths), 5
+    rng = np.random.default_rng(sum(live_widths) + batch)
     x = rng.standard_normal((batch, width, 200)).astype(np.float32)
     kernel = _to_bfloat16_values(rng.standard_normal((200, 1000)))
     kernel_panels = kernels.panels(tf.constant(kernel), half_width=half_width)
@@ -146,10 +149,13 @@ def test_live_width_computes_the_live_entries_bit_for_bit_and_zeros_the_rest(
                        autograph=False)(tf.constant(x)).numpy()
     live_fn = tf.function(lambda a, w: kernels.matmul(a, kernel_panels, 1000, w),
                           jit_compile=True, autograph=False)
-    for live in range(width + 1):
-        got = live_fn(tf.constant(x), tf.constant(live)).numpy()
-        np.testing.assert_array_equal(got[:, :live], full[:, :live], err_msg=f"w={live}")
-        assert not got[:, live:].any(), f"entries past live_width {live} are not 0"
+    got = live_fn(tf.constant(x), tf.constant(live_widths)).numpy()
+    for b, live in enumerate(live_widths):
+        np.testing.assert_array_equal(got[b, :live], full[b, :live], err_msg=f"row {b}")
+        assert not got[b, live:].any(), f"row {b}: entries past live_width {live} are not 0"
+    scalar = live_fn(tf.constant(x), tf.constant(live_widths[0])).numpy()
+    np.testing.assert_array_equal(scalar[:, :live_widths[0]], full[:, :live_widths[0]])
+    assert not scalar[:, live_widths[0]:].any()
 
 
 def test_live_width_needs_a_window_axis():
@@ -297,11 +303,11 @@ def test_t5_decode_with_and_without_the_kernel_agree():
     np.testing.assert_array_equal(fast.tokens, plain.tokens)
 
 
-@pytest.mark.parametrize("live_width", [1, 2, 4])
-def test_t5_decode_live_width_keeps_the_live_entries_and_the_cache_they_write(live_width):
-    """`T5.decode(..., live_width)` through the kernel: logits of entries < live_width and
-    the cache slots they write are the bits of the full-width call, so a loop that reads
-    only those cannot tell the calls apart."""
+@pytest.mark.parametrize("live_widths", [[1, 1], [2, 4], [4, 0], [3, 3]])
+def test_t5_decode_live_width_keeps_the_live_entries_and_the_cache_they_write(live_widths):
+    """`T5.decode(..., live_width)` through the kernel: per row, the logits of entries
+    < live_width[b] and the cache slots they write are the bits of the full-width call, so
+    a loop that reads only those cannot tell the calls apart."""
     model = _model(7)
     model.refresh_decode_panels()
     ids, lengths = tf.constant([[5, 6, 7, 8], [9, 10, 0, 0]]), tf.constant([4, 2])
@@ -315,19 +321,19 @@ def test_t5_decode_live_width_keeps_the_live_entries_and_the_cache_they_write(li
         return logits, cache.keys, cache.values
 
     full = tf.function(lambda: run(None), jit_compile=True)()
-    live = tf.function(lambda: run(tf.constant(live_width)), jit_compile=True)()
-    np.testing.assert_array_equal(live[0].numpy()[:, :live_width],
-                                  full[0].numpy()[:, :live_width])
-    for got_layers, want_layers in zip(live[1:], full[1:]):
-        for got, want in zip(got_layers, want_layers):
-            for row in range(2):
-                slots = positions.numpy()[row, :live_width]
-                np.testing.assert_array_equal(got.numpy()[row, :, slots],
-                                              want.numpy()[row, :, slots])
-    # The skipped entries were skipped: their logits are not the full call's.
-    if live_width < 4:
-        assert not np.array_equal(live[0].numpy()[:, live_width:],
-                                  full[0].numpy()[:, live_width:])
+    live = tf.function(lambda: run(tf.constant(live_widths)), jit_compile=True)()
+    for row, width in enumerate(live_widths):
+        np.testing.assert_array_equal(live[0].numpy()[row, :width],
+                                      full[0].numpy()[row, :width])
+        slots = positions.numpy()[row, :width]
+        for got_layers, want_layers in zip(live[1:], full[1:]):
+            for got, want in zip(got_layers, want_layers):
+                np.testing.assert_array_equal(got.numpy()[row][:, slots],
+                                              want.numpy()[row][:, slots])
+        # The skipped entries were skipped: their logits are not the full call's.
+        if width < 4:
+            assert not np.array_equal(live[0].numpy()[row, width:],
+                                      full[0].numpy()[row, width:])
 
 
 def test_a_context_prepared_in_xla_decodes_outside_it():

@@ -309,11 +309,10 @@ def matmul(x: tf.Tensor, kernel_panels: tf.Tensor, n_dim: int,
     """x float32 [..., K] (static shape) @ the [K, n_dim] kernel of `kernel_panels` (float32
     or half-width bfloat16 panels) -> float32 [..., n_dim].
 
-    `live_width` (int32 [], for x [B, W, K]): only entries w < live_width of every row b
-    are computed, each the same bits as without it (rows do not depend on their
-    companions); entries w >= live_width are 0. A verify window whose rows drafted fewer
-    than its width then costs what its live part does (`decoding` passes it in adaptive
-    mode).
+    `live_width` (int32 [B] or [], for x [B, W, K]): only entries w < live_width[b] of row
+    b are computed, each the same bits as without it (rows do not depend on their
+    companions); the other entries are 0. A window row that drafted fewer than W - 1
+    tokens, or a row that has finished (0), then costs what its live entries do.
 
     Only inside an XLA-compiled function on CPU, with `enabled()` True.
     """
@@ -330,7 +329,7 @@ def matmul(x: tf.Tensor, kernel_panels: tf.Tensor, n_dim: int,
     if live_width is not None:
         if len(leading) != 2:
             raise ValueError(f"live_width needs x of rank 3 [B, W, K], got shape {x.shape}")
-        operands.append(tf.reshape(tf.cast(live_width, tf.int32), [1]))
+        operands.append(tf.broadcast_to(tf.cast(live_width, tf.int32), leading[:1]))
         dims += f",{leading[1]}"
     (y,) = _custom_call(operands, target, dims, False, [tf.float32], [[rows, n_dim]])
     return tf.reshape(y, list(leading) + [n_dim])

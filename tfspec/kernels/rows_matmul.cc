@@ -29,7 +29,7 @@
 //
 // Custom-call ABI: XLA's API_VERSION_STATUS_RETURNING_UNIFIED (what TensorFlow's
 // XlaCustomCallV2 emits): out = array of result pointers, in = operand pointers, opaque =
-// the backend config "M,K,N", or "M,K,N,G" with a third operand: the live rows of every
+// the backend config "M,K,N", or "M,K,N,G" with a third operand: the live rows of each
 // group of G rows (see LiveRowsMatmul).
 
 #include <immintrin.h>
@@ -404,47 +404,49 @@ void RowsMatmul(const float* x, const W* w_panels, float* y, const Dims& d) {
   Panels(x, w_panels, y, d, 0, panels);
 }
 
-// The product for the first `live` rows of every group of `group` consecutive rows only
-// (the live part of each batch row's window); the other rows of y are set to zero. Computed
-// rows are the same bits as in RowsMatmul (rows do not depend on their companions); with
-// several groups the live rows are first gathered into one contiguous block, so that a
-// register block still reads each weight once for all of them.
+// The product for the first live[g] rows of every group g of `group` consecutive rows only
+// (the live part of batch row g's window: 0 for a finished row); the other rows of y are
+// set to zero. Computed rows are the same bits as in RowsMatmul (rows do not depend on their
+// companions). Live rows are first gathered into one contiguous block (unless they already
+// are one), so that a register block still reads each weight once for all of them.
 template <typename W>
 void LiveRowsMatmul(const float* x, const W* w_panels, float* y, const Dims& d, long group,
-                    long live) {
-  if (live >= group) {
-    RowsMatmul(x, w_panels, y, d);
-    return;
-  }
-  if (live < 0) live = 0;
+                    const int32_t* live) {
   const long groups = d.m / group;
-  if (live > 0) {
-    Dims compact = d;
-    compact.m = groups * live;
-    if (groups == 1) {
-      RowsMatmul(x, w_panels, y, compact);
-    } else {
-      thread_local std::vector<float> cx, cy;
-      cx.resize(compact.m * d.k);
-      cy.resize(compact.m * d.n);
-      for (long g = 0; g < groups; ++g) {
-        std::memcpy(cx.data() + g * live * d.k, x + g * group * d.k,
-                    sizeof(float) * live * d.k);
-      }
-      RowsMatmul(cx.data(), w_panels, cy.data(), compact);
-      for (long g = 0; g < groups; ++g) {
-        std::memcpy(y + g * group * d.n, cy.data() + g * live * d.n,
-                    sizeof(float) * live * d.n);
-      }
+  thread_local std::vector<long> counts;
+  counts.resize(groups);
+  long total = 0;
+  bool contiguous = true;  // The live rows are rows 0 .. total - 1 (no group before is cut).
+  for (long g = 0; g < groups; ++g) {
+    const long count = live[g] < 0 ? 0 : live[g] > group ? group : live[g];
+    counts[g] = count;
+    if (count > 0 && total != g * group) contiguous = false;
+    total += count;
+  }
+  Dims compact = d;
+  compact.m = total;
+  if (total > 0 && contiguous) {
+    RowsMatmul(x, w_panels, y, compact);  // The live rows are y's first `total`.
+  } else if (total > 0) {
+    thread_local std::vector<float> cx, cy;
+    cx.resize(total * d.k);
+    cy.resize(total * d.n);
+    for (long g = 0, r = 0; g < groups; r += counts[g], ++g) {
+      std::memcpy(cx.data() + r * d.k, x + g * group * d.k, sizeof(float) * counts[g] * d.k);
+    }
+    RowsMatmul(cx.data(), w_panels, cy.data(), compact);
+    for (long g = 0, r = 0; g < groups; r += counts[g], ++g) {
+      std::memcpy(y + g * group * d.n, cy.data() + r * d.n, sizeof(float) * counts[g] * d.n);
     }
   }
   for (long g = 0; g < groups; ++g) {
-    std::memset(y + (g * group + live) * d.n, 0, sizeof(float) * (group - live) * d.n);
+    std::memset(y + (g * group + counts[g]) * d.n, 0,
+                sizeof(float) * (group - counts[g]) * d.n);
   }
 }
 
-// "M,K,N" or "M,K,N,G": with G (rows per group, dividing M) a third operand, int32[1], holds
-// how many leading rows of every group to compute (LiveRowsMatmul).
+// "M,K,N" or "M,K,N,G": with G (rows per group, dividing M) a third operand, int32[M / G],
+// holds how many leading rows of each group to compute (LiveRowsMatmul).
 bool ParseGroup(const char* opaque, size_t len, long* group) {
   std::string s(opaque, len);
   long m, k, n;
@@ -462,7 +464,7 @@ void Product(void* out, const void** in, const char* opaque, size_t opaque_len) 
   float* y = static_cast<float*>(out);
   long group = 0;
   if (ParseGroup(opaque, opaque_len, &group)) {
-    LiveRowsMatmul(x, w_panels, y, d, group, *static_cast<const int32_t*>(in[2]));
+    LiveRowsMatmul(x, w_panels, y, d, group, static_cast<const int32_t*>(in[2]));
   } else {
     RowsMatmul(x, w_panels, y, d);
   }

@@ -186,17 +186,17 @@ class LiveWidth(Protocol):
 
     `decodes_live_width = True`, and `decode(context, cache, ids, positions, live_width)`
     (and `decode_with_features(..., feature_layers, live_width)` for a `FeatureTarget`)
-    takes int32 [] `live_width` in [1, W]: entries w < live_width must be exactly what they
-    are without it; entries past it (their logits, features and the cache slots they
-    write) may be anything. Adaptive draft length (`decoding.decode_loop`) passes
-    1 + the round's longest draft count, so a verify whose rows stopped drafting early costs
-    what their drafts need, not the compiled k + 1 entries. Models without the attribute
-    are called without the argument.
+    takes int32 [batch] `live_width` in [0, W]: entries w < live_width[b] of row b must be
+    exactly what they are without it; the other entries (their logits, features and the
+    cache slots they write) may be anything. The loop (`decoding._live_kwargs`) passes 0
+    for rows that have finished or (in a draft step) stopped drafting, and in adaptive mode
+    1 + m_b for a row that drafted m_b < k, so rows cost what their live entries need, not
+    the compiled window. Models without the attribute are called without the argument.
 
-    Worked example, k = 4 (windows of 5), two rows that drafted m = [2, 1]: live_width = 3;
-    the rule reads row 0's slots 0 .. 2 and row 1's slots 0 .. 1, all live; slots 3 .. 4 of
-    both rows lie past their new lengths n + a + 1 <= n + 3, so the cache slots they write
-    are stale and are rewritten before any query reads them.
-    """
+    Worked example, k = 4 (windows of 5), adaptive, three rows that drafted m = [2, 1, 0]
+    (row 2 finished): live_width = [3, 2, 0]; the rule reads row 0's slots 0 .. 2 and row
+    1's slots 0 .. 1; slots past them lie past the rows' new lengths n + a + 1 <= n + m + 1,
+    so the cache entries written there are stale and are rewritten before any query reads
+    them, and row 2 is never decoded again.
 
     decodes_live_width: bool

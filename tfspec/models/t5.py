@@ -315,7 +315,7 @@ class T5(keras.Model):
           write_indices: int32 [B, H, W, 3] (row, head, position) triples where the window's
             keys and values go, required with `cache`.
           collect: indices of the blocks whose output residual streams are also returned.
-          live_width: int32 [] or None, see `decode`.
+          live_width: int32 [B] or [] or None, see `decode`.
 
         Returns:
           (x float32 [B, W, D] before the final norm, updated T5Cache or None, tuple of the
@@ -629,12 +629,13 @@ class T5(keras.Model):
           cache: from `prepare` or a previous `decode`.
           ids: int32 [B, W], the tokens at `positions`.
           positions: int32 [B, W], consecutive per row, in [0, max_length); rows may differ.
-          live_width: int32 [] in [1, W], or None (= W): only window entries
-            w < live_width are needed. Where the kernel products serve the call, the entries
-            past it are skipped: their logits and the K/V they write are unspecified (the
-            cache invariant makes such slots stale), while entries w < live_width are the
-            same bits as without it (every computation is per entry, and attention reads only
-            slots <= the entry's own position). Elsewhere it is ignored.
+          live_width: int32 [B] (or [] for every row) in [0, W], or None (= W): only
+            entries w < live_width[b] of row b are needed (0: none, a finished row). Where
+            the kernel products serve the call, the other entries are skipped: their logits
+            and the K/V they write are unspecified (the loop leaves such slots stale, past
+            the row's length), while the needed entries are the same bits as without it
+            (every computation is per entry, and an entry's attention reads only slots <=
+            its own position). Elsewhere it is ignored.
 
         Returns:
           (logits float32 [B, W, V] (N columns with a draft vocabulary, see
@@ -696,7 +697,7 @@ class T5(keras.Model):
           context: from `prepare`.
           states: float32 [B, W, D].
           single: static, a one-row, one-token call (see below).
-          live_width: int32 [] or None, see `decode`.
+          live_width: int32 [B] or [] or None, see `decode`.
         """
         columns = (self._config.vocab_size if self._draft_vocabulary is None
                    else self._draft_vocabulary.size)
