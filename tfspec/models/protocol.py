@@ -198,5 +198,6 @@ class LiveWidth(Protocol):
     1's slots 0 .. 1; slots past them lie past the rows' new lengths n + a + 1 <= n + m + 1,
     so the cache entries written there are stale and are rewritten before any query reads
     them, and row 2 is never decoded again.
+    """
 
     decodes_live_width: bool
