@@ -62,9 +62,10 @@ class AutoDraft:
     Attributes:
       k_max: the compiled maximum draft length (the verify window is k_max + 1 wide).
       confidence: a row stops drafting after a draft d with q(d) below this (0: never).
-        Off by default: the verify window is k_max + 1 wide whatever a row drafted, so an
-        early stop saves only draft steps (~0.16 target steps each for the embedded pair)
-        and loses every later token the draft would have got right. Measured on the
+        Off by default: an early stop saves draft steps (~0.16 target steps each for the
+        embedded pair) and, since the verify skips entries past the round's drafts
+        (`live_width`), verify rows, but loses every later token the draft would have got
+        right. Measured before the verify skipped them, on the
         embedded pair (`bench.speedup`, 8 held-out prompts, batch 1, autoregressive
         fallback off): greedy 1.12x at 0, 1.08x at 0.1, 0.90x at 0.4 (Hugging Face's
         default; acceptance fell from 0.93 to 0.64), against 1.17-1.21x for fixed k = 4;
