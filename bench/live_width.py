@@ -36,29 +36,19 @@ from bench import models as bench_models
 from bench import speedup as speedup_lib
 from bench import timing
 from evals import cli
+from tfspec.testing.wrapped_model import WrappedModel
 
 COLUMNS = ["mode", "temperature", "ms_per_token", "whole_ms_per_token", "speedup",
            "same_tokens", "tokens"]
 
 
-class WholeWindows:
+class WholeWindows(WrappedModel):
     """A model that hides `decodes_live_width`: the loop computes every entry of its windows.
 
-    Everything else is the wrapped model's (attribute access is forwarded).
+    Everything else is the wrapped model's.
     """
 
     decodes_live_width = False
-
-    def __init__(self, model):
-        self._model = model
-
-    def __getattr__(self, name):
-        if name == "_model":  # Not set yet (e.g. during copying): no recursion.
-            raise AttributeError(name)
-        return getattr(self._model, name)
-
-    def prepare(self, prompt_ids, prompt_lengths, max_length):
-        return self._model.prepare(prompt_ids, prompt_lengths, max_length)
 
     def decode(self, context, cache, ids, positions):
         return self._model.decode(context, cache, ids, positions)

@@ -14,6 +14,7 @@ import tensorflow as tf
 import tfspec
 from tfspec import adaptive, decoding
 from tfspec.models import T5, T5Config
+from tfspec.testing.wrapped_model import WrappedModel
 
 VOCAB = 96
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11], [12, 13, 14], [20, 21, 22, 23, 24, 25, 26, 27, 28, 29]]
@@ -87,7 +88,7 @@ def test_without_the_confidence_test_rows_draft_their_horizon(models):
     assert gen.stats.accepted_per_position[0, 3] <= gen.stats.rounds[0] - 1
 
 
-class _PoisonedTail:
+class _PoisonedTail(WrappedModel):
     """A T5 that takes `live_width` (protocol.py's `LiveWidth`) and poisons everything past
     it in each row: those entries' logits become a one-hot on token 2 and the cache slots
     they write hold 1e3. A loop that read any of it would decode differently from
@@ -97,15 +98,8 @@ class _PoisonedTail:
     decodes_live_width = True
 
     def __init__(self, model, shift=0):
-        self._model, self._shift, self.live_calls = model, shift, 0
-
-    def __getattr__(self, name):
-        if name == "_model":
-            raise AttributeError(name)
-        return getattr(self._model, name)
-
-    def prepare(self, prompt_ids, prompt_lengths, max_length):
-        return self._model.prepare(prompt_ids, prompt_lengths, max_length)
+        super().__init__(model)
+        self._shift, self.live_calls = shift, 0
 
     def decode(self, context, cache, ids, positions, live_width=None):
         logits, cache = self._model.decode(context, cache, ids, positions)

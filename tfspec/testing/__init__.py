@@ -5,6 +5,7 @@
   such hooks).
 - `wrong_rules`: deliberately wrong rules and models, for the power checks of statistical
   tests (a test that passes the real loop must reject these).
+- `wrapped_model`: `WrappedModel`, a model that is another one with some calls changed.
 - `exact_reference`: exact distributions of enumerable targets (NGram, tiny T5) and the
   G-test, in numpy, independent of tfspec's TensorFlow code.
 """

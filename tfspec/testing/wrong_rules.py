@@ -9,6 +9,7 @@ wrong model, `tfspec.generate`) and require p < 1e-3.
 import tensorflow as tf
 
 from tfspec import acceptance
+from tfspec.testing.wrapped_model import WrappedModel
 
 
 def inverted_ratio(target_probs, draft_probs, draft_ids, accept_uniforms, final_uniforms):
@@ -29,7 +30,7 @@ def argmax_draft(probs, uniforms):
     return tf.argmax(probs, axis=-1, output_type=tf.int32)
 
 
-class ForgetfulCache:
+class ForgetfulCache(WrappedModel):
     """Wrong target: its cache keeps only the FIRST entry of every window it decodes.
 
     The logits of each window are right (the whole window is decoded on the incoming
@@ -46,18 +47,6 @@ class ForgetfulCache:
 
     # Its `decode` takes no `live_width` (protocol.py's `LiveWidth`), whatever the model's.
     decodes_live_width = False
-
-    def __init__(self, model):
-        self._model = model
-
-    def __getattr__(self, name):
-        # vocab_size, eos_id, pad_id, decoder_start_id, max_prompt_length, ...
-        if name == "_model":  # Not set yet (e.g. during copying): no recursion.
-            raise AttributeError(name)
-        return getattr(self._model, name)
-
-    def prepare(self, prompt_ids, prompt_lengths, max_length):
-        return self._model.prepare(prompt_ids, prompt_lengths, max_length)
 
     def decode(self, context, cache, ids, positions):
         logits, _ = self._model.decode(context, cache, ids, positions)
