@@ -69,7 +69,10 @@ class AutoDraft:
         embedded pair (`bench.speedup`, 8 held-out prompts, batch 1, autoregressive
         fallback off): greedy 1.12x at 0, 1.08x at 0.1, 0.90x at 0.4 (Hugging Face's
         default; acceptance fell from 0.93 to 0.64), against 1.17-1.21x for fixed k = 4;
-        T = 1: 0.53x at 0.1 against 0.62x for k = 4.
+        T = 1: 0.53x at 0.1 against 0.62x for k = 4. Rechecked with the verify skipping
+        (2026-12-04, `--k 4,auto --auto_fallback false --temperature 1`, one run per
+        threshold): T = 1 auto / k = 4 in the same run 0.84 and 0.83 at 0.3 (beta 0.43),
+        0.92 at 0 (beta 0.54): still off.
       initial_k: the horizon of the first request, default min(4, k_max) (later requests
         start from the horizon the previous one ended with).
       fallback: run autoregressive decoding when it measured faster.
