@@ -7,8 +7,8 @@ Two levels, neither of which changes the output distribution:
   (q(d) < `confidence`, Hugging Face's `assistant_confidence_threshold`), and moves its
   horizon by Hugging Face's `num_assistant_tokens` schedule (+ 2 after a fully accepted
   horizon, - 1 after a rejection), within [1, k_max]. k_max is compiled; the verify window
-  is k_max + 1 wide (static shapes), but a T5 target on CPU multiplies only its first
-  1 + (the round's longest draft) entries (`live_width`, see `decoding.decode_loop`).
+  is k_max + 1 wide (static shapes), but a T5 target on CPU multiplies only each row's
+  first 1 + (its drafts) entries (`live_width`, see `decoding.decode_loop`).
 * Across requests (here, in Python): a `Controller` per (target, draft, sampling, settings)
   carries the horizon from one request to the next, and decides per request between
   adaptive speculative decoding and plain autoregressive decoding from what both measured

@@ -472,15 +472,15 @@ def _verify(target, target_context, target_cache, window_ids, positions, draft_i
 
 
 def _target_window(target, target_context, target_cache, window_ids, positions,
-                   feature_layers, live):
+                   feature_layers, live_kwargs: dict):
     """One target call over a window: (logits [batch, W, V], features [batch, W, F] or
-    None, target_cache). `live`: `_live_kwargs`, passed on."""
+    None, target_cache). `live_kwargs`: from `_live_kwargs`, passed on."""
     if feature_layers:
         # The feature hand-off: the same target call gives the features, no extra pass.
         return target.decode_with_features(target_context, target_cache, window_ids,
-                                           positions, feature_layers, **live)
+                                           positions, feature_layers, **live_kwargs)
     logits, target_cache = target.decode(target_context, target_cache, window_ids, positions,
-                                         **live)
+                                         **live_kwargs)
     return logits, None, target_cache
 
 
@@ -559,10 +559,10 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
     tokens: it stops after its h_b-th draft, after a draft whose own probability q(d) is
     below the confidence threshold, or after a drafted EOS. The draft while loop ends when
     every row has stopped; the verify window stays k + 1 wide (static shapes), the rule
-    judges each row's first m_b drafts only (`_verify`), and a target that can skip a
-    window's tail (`LiveWidth` in protocol.py: T5 through the CPU kernel) computes only its
-    first 1 + max_b m_b entries, so a round costs what its drafts need. After the round the horizon moves
-    by Hugging Face's schedule for `num_assistant_tokens`: + 2 when all h_b drafts were
+    judges each row's first m_b drafts only (`_verify`), and a target that can skip
+    entries (`LiveWidth` in protocol.py: T5 through the CPU kernel) computes only each
+    row's first 1 + m_b, so a round costs what its drafts need. After the round the horizon
+    moves by Hugging Face's schedule for `num_assistant_tokens`: + 2 when all h_b drafts were
     accepted, - 1 after a rejection, unchanged when the row stopped early and all its m_b
     drafts were accepted.
 
