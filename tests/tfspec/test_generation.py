@@ -123,6 +123,9 @@ def test_dropped_models_and_their_compiled_loops_are_freed(mirrored):
         cpus = tf.config.list_logical_devices("CPU")
         strategy = tf.distribute.MirroredStrategy([d.name for d in cpus[:2]])
     # Other tests' models (module fixtures) may hold entries in this process: count ours.
+    # Collect first: an earlier test's dropped models would otherwise be freed by this
+    # test's gc.collect() below and make the count fall below its start.
+    gc.collect()
     entries_before = len(generation._COMPILED)  # pylint: disable=protected-access
     models, loop_refs = [], []
     for i in range(1 if mirrored else 2):  # Mirrored compiles cost more: one round of 4.

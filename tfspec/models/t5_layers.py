@@ -108,7 +108,8 @@ def relative_position_bucket(relative_position: tf.Tensor, bidirectional: bool,
 
 
 def attend(query: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
-           bias: Optional[tf.Tensor], mask: tf.Tensor) -> tf.Tensor:
+           bias: Optional[tf.Tensor], mask: tf.Tensor,
+           keys_transposed: bool = False) -> tf.Tensor:
     """Multi-head attention core with additive bias and a boolean mask (no 1/sqrt(d) scale).
 
     Every tensor is head-major ([B, H, ...]): the two dots then have their batch dimensions
@@ -119,15 +120,18 @@ def attend(query: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
 
     Args:
       query: [B, H, W, d_kv] compute dtype.
-      keys: [B, H, L, d_kv] compute dtype.
+      keys: [B, H, L, d_kv] compute dtype; [B, H, d_kv, L] with `keys_transposed`.
       values: [B, H, L, d_kv] compute dtype.
       bias: float32 broadcastable to [B, H, W, L], or None.
       mask: bool broadcastable to [B, H, W, L]; True = may attend.
+      keys_transposed: whether `keys` is [B, H, d_kv, L] (loop-invariant keys laid out
+        for a window of several queries, see `T5Context.cross_keys_transposed`).
 
     Returns:
       [B, H, W, d_kv] in the dtype of `values`.
     """
-    scores = tf.cast(tf.einsum("bhwd,bhld->bhwl", query, keys), tf.float32)
+    equation = "bhwd,bhdl->bhwl" if keys_transposed else "bhwd,bhld->bhwl"
+    scores = tf.cast(tf.einsum(equation, query, keys), tf.float32)
     if bias is not None:
         scores = scores + bias
     # tf.where (not an additive mask): masked slots get a fixed score whatever the stale cache

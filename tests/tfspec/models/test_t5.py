@@ -129,6 +129,23 @@ def test_windows_under_xla(model):
     assert worst < TOL
 
 
+@pytest.mark.parametrize("width", [1, 4])
+def test_windows_of_several_positions_read_the_transposed_cross_keys(model, width):
+    """A window of W > 1 reads `cross_keys_transposed` (the verify's fast layout), a
+    one-position step `cross_keys`; the prepared transposed keys are the keys, transposed."""
+    prompt_ids, lengths, decoder_ids = _batch(8, target_len=8)
+    context, cache = model.prepare(prompt_ids, lengths, max_length=8)
+    for keys, transposed in zip(context.cross_keys, context.cross_keys_transposed):
+        np.testing.assert_array_equal(np.swapaxes(keys.numpy(), 2, 3), transposed.numpy())
+    positions = np.tile(np.arange(width, dtype=np.int32), (3, 1))
+    clean, _ = model.decode(context, cache, decoder_ids[:, :width], positions)
+    poisoned = context._replace(cross_keys_transposed=tuple(
+        k + 10.0 * tf.sign(k) for k in context.cross_keys_transposed))
+    changed, _ = model.decode(poisoned, cache, decoder_ids[:, :width], positions)
+    moved = float(np.abs(changed.numpy() - clean.numpy()).max())
+    assert (moved > 1e-3) == (width > 1), moved
+
+
 def test_stale_slots_beyond_position_are_ignored(model):
     prompt_ids, lengths, decoder_ids = _batch(4, target_len=12)
     context, cache = model.prepare(prompt_ids, lengths, max_length=16)
