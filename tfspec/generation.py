@@ -157,7 +157,7 @@ def compiled_loops(target) -> list:
 
 
 def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, accept_fn,
-             draft_sample_fn):
+             draft_sample_fn, check_panels: bool = False):
     if jit_compile is None:  # Eager: tf.while_loop runs as a Python loop; nothing cached.
         return _loop_body(lambda: target, lambda: draft, config, accept_fn, draft_sample_fn)
     table = _COMPILED.setdefault(target, _CompiledLoops()).table(draft)
@@ -165,7 +165,7 @@ def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, acce
     # widths), is decided when the loop is traced.
     key = (config, jit_compile, accept_fn, draft_sample_fn, kernels.allowed(),
            kernels.panel_layout(target), None if draft is None else kernels.panel_layout(draft),
-           _vocabulary_key(draft))
+           _vocabulary_key(draft), check_panels)
     if key not in table:
         # Weak references: the cache entry must not keep its own keys alive. The function
         # only runs while the target is alive (it is reached through the target's entry).
@@ -176,7 +176,8 @@ def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, acce
         # values only, so AutoGraph has nothing to convert, yet converting the ~350 functions
         # the loop reaches cost 2-8 s per process (a tiny pair's first call 11.0 -> 2.8 s).
         table[key] = tf.function(
-            _loop_body(target_ref, draft_ref, config, accept_fn, draft_sample_fn),
+            _loop_body(target_ref, draft_ref, config, accept_fn, draft_sample_fn,
+                       check_panels),
             jit_compile=jit_compile, autograph=False)
     return table[key]
 
@@ -187,10 +188,13 @@ def _vocabulary_key(draft) -> Optional[bytes]:
     return None if ids is None else np.asarray(ids, np.int32).tobytes()
 
 
-def _loop_body(target_fn, draft_fn, config: decoding.LoopConfig, accept_fn, draft_sample_fn):
+def _loop_body(target_fn, draft_fn, config: decoding.LoopConfig, accept_fn, draft_sample_fn,
+               check_panels: bool = False):
     """The loop as a function of its tensor inputs; `target_fn()` / `draft_fn()` give the
     models (weak references when compiled). Adaptive loops take the rows' first horizons
-    (int32 [batch]) after the row keys and return the last ones."""
+    (int32 [batch]) after the row keys and return the last ones. With `check_panels` it
+    also returns "panels_current" (bool []): whether every `tfspec.kernels` panel cache the
+    program read still matches its sources (`PanelCache.current`; see `_generate`)."""
 
     def outputs(out_ids, lengths, state):
         return {"out_ids": out_ids, "lengths": lengths, "rounds": state.rounds,
@@ -199,15 +203,23 @@ def _loop_body(target_fn, draft_fn, config: decoding.LoopConfig, accept_fn, draf
                 "accepted_per_position": state.accepted_per_position,
                 "beta_sum": state.beta_sum, "horizon": state.horizon}
 
+    def checked(**kwargs):
+        with kernels.recording_panel_reads() as caches:
+            out = outputs(*decoding.decode_loop(
+                target_fn(), draft_fn(), config=config, accept_fn=accept_fn,
+                draft_sample_fn=draft_sample_fn, **kwargs))
+        if check_panels:
+            out["panels_current"] = tf.reduce_all(
+                tf.stack([tf.constant(True)] + [cache.current() for cache in caches]))
+        return out
+
     def run(prompt_ids, prompt_lengths, row_keys, seed):
-        return outputs(*decoding.decode_loop(
-            target_fn(), draft_fn(), prompt_ids, prompt_lengths, row_keys, seed, config,
-            accept_fn=accept_fn, draft_sample_fn=draft_sample_fn))
+        return checked(prompt_ids=prompt_ids, prompt_lengths=prompt_lengths,
+                       row_keys=row_keys, seed=seed)
 
     def run_adaptive(prompt_ids, prompt_lengths, row_keys, horizons, seed):
-        return outputs(*decoding.decode_loop(
-            target_fn(), draft_fn(), prompt_ids, prompt_lengths, row_keys, seed, config,
-            accept_fn=accept_fn, draft_sample_fn=draft_sample_fn, horizons=horizons))
+        return checked(prompt_ids=prompt_ids, prompt_lengths=prompt_lengths,
+                       row_keys=row_keys, seed=seed, horizons=horizons)
 
     return run if config.adaptive is None else run_adaptive
 
@@ -356,9 +368,18 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
         start_id=int(getattr(target, "decoder_start_id", target.pad_id)),
         adaptive=(decoding.Adaptive(confidence=float(auto.confidence))
                   if mode == adaptive_lib.SPECULATIVE else None))
-    if jit_compile:
+    split = strategy is not None and strategy.num_replicas_in_sync > 1
+    # The kernel panels must equal the weights when a program reads them. The first call
+    # (and any after a panel switch or a dropped cache) refreshes them here; later calls
+    # let the compiled program check them itself (`PanelCache.current`, a pass over the
+    # weights that XLA runs beside the encoders instead of a call of its own: ~2 ms per
+    # request of the embedded pair), and in the rare call whose weights changed since, the
+    # panels are re-packed and the call runs again.
+    check_panels = bool(jit_compile) and not split and _panels_refreshed(target, loop_draft)
+    if jit_compile and not check_panels:
         _refresh_decode_panels(target, loop_draft)
-    run = _loop_fn(target, loop_draft, config, jit_compile, accept_fn, draft_sample_fn)
+    run = _loop_fn(target, loop_draft, config, jit_compile, accept_fn, draft_sample_fn,
+                   check_panels)
     batched = [tf.constant(prompt_ids, tf.int32), tf.constant(lengths, tf.int32),
                tf.constant(keys, tf.int64)]
     if config.adaptive is not None:
@@ -366,17 +387,24 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
     seed_tensor = tf.constant(seed, tf.int64)
     traces = _tracing_count(run)
     start = time.perf_counter()
-    if strategy is not None and strategy.num_replicas_in_sync > 1:
+    if split:
         distribute_lib.check_placement(strategy, target, "target")
         if loop_draft is not None:
             distribute_lib.check_placement(strategy, loop_draft, "draft")
         out = distribute_lib.run_split(strategy, run, batched, seed_tensor)
     else:
         out = {name: value.numpy() for name, value in run(*batched, seed_tensor).items()}
+    stale = check_panels and not bool(out.pop("panels_current"))
+    if stale:  # The weights changed since the panels were packed: re-pack, run again.
+        _refresh_decode_panels(target, loop_draft)
+        run = _loop_fn(target, loop_draft, config, jit_compile, accept_fn, draft_sample_fn,
+                       check_panels)
+        out = {name: value.numpy() for name, value in run(*batched, seed_tensor).items()}
+        out.pop("panels_current")
     seconds = time.perf_counter() - start
     if controller is not None:
         controller.record(shape, mode, seconds, int(out["lengths"].sum()),
-                          compiled=_tracing_count(run) != traces,
+                          compiled=stale or _tracing_count(run) != traces,
                           final_horizons=(out["horizon"][~_finished_early(out)]
                                           if config.adaptive is not None else None))
         if mode == adaptive_lib.AUTOREGRESSIVE:
@@ -408,6 +436,10 @@ def _finished_early(out) -> np.ndarray:
     return np.asarray(out["rounds"]) == 0
 
 
+# {model: kernels.panel_epoch() at its last refresh by `_refresh_decode_panels`}.
+_REFRESHED: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
+
+
 def _refresh_decode_panels(*models) -> None:
     """Brings each model's `tfspec.kernels` panels up to date with its weights before a
     compiled loop reads them (T5 models on CPU; other models have none)."""
@@ -415,6 +447,16 @@ def _refresh_decode_panels(*models) -> None:
         refresh = getattr(model, "refresh_decode_panels", None)
         if refresh is not None:
             refresh()
+            _REFRESHED[model] = kernels.panel_epoch()
+
+
+def _panels_refreshed(*models) -> bool:
+    """Whether every model with panels was refreshed here under the current
+    `kernels.panel_epoch()` (so its caches exist, and the panels differ from the weights
+    only if the weights changed, which the compiled loop then detects)."""
+    epoch = kernels.panel_epoch()
+    return all(_REFRESHED.get(model) == epoch for model in models
+               if model is not None and hasattr(model, "refresh_decode_panels"))
 
 
 _ADOPTED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()

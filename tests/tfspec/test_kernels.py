@@ -377,6 +377,45 @@ def test_changed_weights_are_never_decoded_with_stale_panels(monkeypatch):
     assert not np.array_equal(run(model), before)  # Stale panels: the bug is visible.
 
 
+def test_the_compiled_loop_checks_its_panels_and_reruns_when_weights_changed(monkeypatch):
+    """After its first call a model's panels are not refreshed before each call: the
+    compiled loop checks them against the weights itself (`PanelCache.current`), and a call
+    whose weights changed re-packs and runs again, so it decodes the new weights. A loop
+    whose check always passes (a planted bug) decodes the stale panels."""
+    prompts = [[5, 6, 7, 8]]
+    greedy = tfspec.Sampling(temperature=0.0)
+    model, other = _model(3), _model(11)
+
+    def run(m):
+        return tfspec.generate(m, prompts, k=0, max_new_tokens=12, seed=0,
+                               sampling=greedy).tokens
+
+    before = run(model)
+    want = run(_copy_of(other))
+    assert not np.array_equal(want, before)  # The test needs outputs that differ.
+    refreshes = []
+    refresh = kernels.PanelCache.refresh
+    monkeypatch.setattr(kernels.PanelCache, "refresh",
+                        lambda self: refreshes.append(self) or refresh(self))
+    np.testing.assert_array_equal(run(model), before)
+    assert not refreshes  # Checked inside the loop, not by a refresh before it.
+    for mine, theirs in zip(model.weights, other.weights):
+        mine.assign(theirs)
+    np.testing.assert_array_equal(run(model), want)
+    assert len(refreshes) == 1  # The loop saw the change: one re-pack, then a second run.
+    np.testing.assert_array_equal(run(model), want)
+    assert len(refreshes) == 1
+
+    monkeypatch.setattr(kernels.PanelCache, "current", lambda self: tf.constant(True))
+    blind = _model(3)
+    run(blind)
+    np.testing.assert_array_equal(run(blind), before)  # traced with the blind check
+    for mine, theirs in zip(blind.weights, other.weights):
+        mine.assign(theirs)
+    # Stale panels (the encoder and the norms read the new weights): the bug is visible.
+    assert not np.array_equal(run(blind), want)
+
+
 def _bfloat16_valued(model):
     """`model` with every weight rounded to bfloat16 values (as a bfloat16 checkpoint loaded
     as float32 has), so that all its panels are half-width."""

@@ -385,9 +385,12 @@ class PanelCache:
         self._half_width: List[Optional[bool]] = [None] * len(self._sources)
         self._exact: List[Optional[tuple]] = [None] * len(self._sources)  # (fingerprint, bool)
         self._by_width: List[dict] = [{} for _ in self._sources]
-        every = [v for group in self._source_variables for v in group]
-        self._fingerprint_all = tf.function(lambda: fingerprints(every), jit_compile=True,
-                                            autograph=False)
+        self._every = [v for group in self._source_variables for v in group]
+        self._fingerprint_all = tf.function(lambda: fingerprints(self._every),
+                                            jit_compile=True, autograph=False)
+        # int32 [sources, 2]: the fingerprints the panels were last packed (or checked)
+        # against; read by `current` inside compiled programs.
+        self._packed_fingerprints: Optional[tf.Variable] = None
 
     def refresh(self) -> int:
         """Re-packs the matrices whose sources changed (eager). Returns how many were.
@@ -399,7 +402,8 @@ class PanelCache:
         the same, and callers that cache compiled programs key them by `layout`
         (`tfspec.generate` does), because a program reads the variables it was traced with.
         """
-        values = [tuple(row) for row in self._fingerprint_all().numpy().tolist()]
+        fingerprint = self._fingerprint_all()
+        values = [tuple(row) for row in fingerprint.numpy().tolist()]
         repacked, start = 0, 0
         for i, group in enumerate(self._source_variables):
             current = tuple(values[start:start + len(group)])
@@ -429,7 +433,22 @@ class PanelCache:
                 repacked += 1
             self._variables[i] = by_width[half][0]
             self._half_width[i] = half
+        if self._packed_fingerprints is None:
+            self._packed_fingerprints = tf.Variable(fingerprint, trainable=False)
+        else:
+            self._packed_fingerprints.assign(fingerprint)
         return repacked
+
+    def current(self) -> tf.Tensor:
+        """bool []: whether the sources still have the fingerprints the panels were packed
+        from, computed inside the XLA program being traced (after a `refresh`).
+
+        A compiled decode loop returns this instead of a `refresh` running before every
+        call: the check is the same read-only pass over the sources, but it runs inside the
+        program (beside the encoders) rather than as a call of its own, and the caller
+        re-packs and runs again in the rare call where it is False (`tfspec.generate`).
+        """
+        return tf.reduce_all(tf.equal(fingerprints(self._every), self._packed_fingerprints))
 
     @property
     def layout(self) -> tuple:
@@ -459,10 +478,55 @@ def panel_cache(model, make: Callable[[], PanelCache]) -> PanelCache:
     return cache
 
 
+_drops = 0  # how often a cache was dropped: part of `panel_epoch`
+
+
 def drop_panel_cache(model) -> None:
     """Forgets the model's `PanelCache` (its sources changed, e.g. a draft bound to
     another target); the next `panel_cache` makes a new one."""
-    _CACHES.pop(model, None)
+    global _drops
+    if _CACHES.pop(model, None) is not None:
+        _drops += 1
+
+
+def panel_epoch() -> tuple:
+    """What decides which panels a `refresh` would make besides the weights: the kernel and
+    half-width switches and the dropped caches. A caller that skips `refresh` because its
+    compiled program checks the panels itself (`PanelCache.current`) does so only while
+    this is what it was at the last `refresh`."""
+    return (_drops, _allowed, _half_width_allowed)
+
+
+_reads = threading.local()  # .stack: lists collecting the caches traced code reads
+
+
+def readable_panel_cache(model) -> Optional["PanelCache"]:
+    """The model's `PanelCache` if a program being traced may read its panels (made and
+    `ready`, and `enabled()`), else None; recorded by every enclosing
+    `recording_panel_reads` block."""
+    cache = _CACHES.get(model)
+    if cache is None or not cache.ready or not enabled():
+        return None
+    for caches in getattr(_reads, "stack", ()):
+        if all(c is not cache for c in caches):
+            caches.append(cache)
+    return cache
+
+
+@contextlib.contextmanager
+def recording_panel_reads():
+    """Yields a list that collects every `PanelCache` whose panels code traced within the
+    block reads (through `readable_panel_cache`), once each: what that program's
+    `PanelCache.current` checks must cover."""
+    stack = getattr(_reads, "stack", None)
+    if stack is None:
+        stack = _reads.stack = []
+    caches: List["PanelCache"] = []
+    stack.append(caches)
+    try:
+        yield caches
+    finally:
+        stack.pop()
 
 
 def existing_panel_cache(model) -> Optional[PanelCache]:

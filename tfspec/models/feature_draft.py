@@ -365,8 +365,8 @@ class FeatureDraft(TargetBoundDraft, keras.Model):
             lm_head = target.output_projection()
         context = FeatureDraftContext(cross_keys, cross_values, target_context.encoder_mask,
                                       self.lm_head_subset(lm_head))
-        cache = kernels.existing_panel_cache(self)
-        if cache is not None and cache.ready and kernels.enabled():
+        cache = kernels.readable_panel_cache(self)
+        if cache is not None:
             context = context._replace(panels=FeatureDraftPanels(
                 *[tf.convert_to_tensor(v) for v in cache.variables()]))
         batch = tf.shape(prompt_ids)[0]

@@ -306,8 +306,8 @@ class MedusaHeads(TargetBoundDraft, keras.Model):
         if lm_head is None:
             lm_head = target.output_projection()
         context = MedusaContext(self.lm_head_subset(lm_head))
-        cache = kernels.existing_panel_cache(self)
-        if cache is not None and cache.ready and kernels.enabled():
+        cache = kernels.readable_panel_cache(self)
+        if cache is not None:
             flat = [tf.convert_to_tensor(v) for v in cache.variables()]
             heads = self._config.heads
             context = context._replace(panels=MedusaPanels(

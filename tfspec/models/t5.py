@@ -480,8 +480,8 @@ class T5(keras.Model):
             lm_head=self.decode_projection(),
             cross_keys_transposed=tuple(tf.transpose(k, [0, 1, 3, 2])
                                         for k in context.cross_keys))
-        cache = kernels.existing_panel_cache(self)
-        if cache is None or not cache.ready or not kernels.enabled():
+        cache = kernels.readable_panel_cache(self)
+        if cache is None:
             return context
         per_layer = len(T5LayerPanels._fields)
         values = [tf.convert_to_tensor(v) for v in cache.variables()]
