@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tfspec
-from tfspec import kernels
+from tfspec import generation, kernels
 from tfspec.models import T5, T5Config
 
 pytestmark = pytest.mark.skipif(not kernels.usable_outside_trace(),
@@ -405,6 +405,8 @@ def test_the_compiled_loop_checks_its_panels_and_reruns_when_weights_changed(mon
     assert len(refreshes) == 1  # The loop saw the change: one re-pack, then a second run.
     np.testing.assert_array_equal(run(model), want)
     assert len(refreshes) == 1
+    # The first call (packed before it) and the later ones (checked) ran one program.
+    assert len(generation.compiled_loops(model)) == 1
 
     monkeypatch.setattr(kernels.PanelCache, "current", lambda self: tf.constant(True))
     blind = _model(3)

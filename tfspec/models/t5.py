@@ -493,8 +493,10 @@ class T5(keras.Model):
         """Makes (or re-makes, if the weights changed) the `T5LayerPanels` of every decoder
         layer and the LM head's, which decode calls traced afterwards read on CPU.
 
-        `tfspec.generate` calls this before every compiled call (eager; a fingerprint of the
-        weights, ~1-2 ms for the embedded target, decides whether anything is re-packed).
+        `tfspec.generate` calls this before a model's first compiled call (eager; a
+        fingerprint of the weights, ~1-2 ms for the embedded target, decides whether anything
+        is re-packed); later calls check the panels inside the compiled loop
+        (`kernels.PanelCache.current`) and call this only when they changed.
         Returns whether panels are in use for this model here.
         """
         if not (self._panels_apply() and kernels.usable_outside_trace()):
