@@ -353,16 +353,17 @@ def test_a_context_prepared_in_xla_decodes_outside_it():
     np.testing.assert_allclose(eager_logits.numpy(), xla_logits.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def _greedy_tokens(model):
+    """The stale-panel tests' probe: 12 greedy tokens of one prompt, int32 [1, 12]."""
+    return tfspec.generate(model, [[5, 6, 7, 8]], k=0, max_new_tokens=12, seed=0,
+                           sampling=tfspec.Sampling(temperature=0.0)).tokens
+
+
 def test_changed_weights_are_never_decoded_with_stale_panels(monkeypatch):
     """After the weights change (as training does), generate equals a model built with the
     new weights; with the refresh disabled (a planted bug) it does not."""
-    prompts = [[5, 6, 7, 8]]
-    greedy = tfspec.Sampling(temperature=0.0)
     model, other = _model(3), _model(11)
-
-    def run(m):
-        return tfspec.generate(m, prompts, k=0, max_new_tokens=12, seed=0,
-                               sampling=greedy).tokens
+    run = _greedy_tokens
 
     before = run(model)
     for mine, theirs in zip(model.weights, other.weights):
@@ -382,13 +383,8 @@ def test_the_compiled_loop_checks_its_panels_and_reruns_when_weights_changed(mon
     compiled loop checks them against the weights itself (`PanelCache.current`), and a call
     whose weights changed re-packs and runs again, so it decodes the new weights. A loop
     whose check always passes (a planted bug) decodes the stale panels."""
-    prompts = [[5, 6, 7, 8]]
-    greedy = tfspec.Sampling(temperature=0.0)
     model, other = _model(3), _model(11)
-
-    def run(m):
-        return tfspec.generate(m, prompts, k=0, max_new_tokens=12, seed=0,
-                               sampling=greedy).tokens
+    run = _greedy_tokens
 
     before = run(model)
     want = run(_copy_of(other))
@@ -444,13 +440,8 @@ def test_half_width_panels_decode_what_float32_panels_decode(temperature):
 def test_switching_panel_widths_never_decodes_stale_weights():
     """A program traced with half-width panels, then weights changed while another width was
     in use, then the first width again: the first program must read the new weights."""
-    prompts = [[5, 6, 7, 8]]
-    greedy = tfspec.Sampling(temperature=0.0)
     model, other = _bfloat16_valued(_model(3)), _bfloat16_valued(_model(11))
-
-    def run(m):
-        return tfspec.generate(m, prompts, k=0, max_new_tokens=12, seed=0,
-                               sampling=greedy).tokens
+    run = _greedy_tokens
 
     before = run(model)                          # traced with half-width panels
     with kernels.half_width(False):
