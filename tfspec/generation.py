@@ -400,8 +400,8 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
         _refresh_decode_panels(target, loop_draft)
         run = _loop_fn(target, loop_draft, config, jit_compile, accept_fn, draft_sample_fn,
                        check_panels)
-        out = {name: value.numpy() for name, value in run(*batched, seed_tensor).items()}
-        out.pop("panels_current")
+        out = {name: value.numpy() for name, value in run(*batched, seed_tensor).items()
+               if name != "panels_current"}
     seconds = time.perf_counter() - start
     if controller is not None:
         controller.record(shape, mode, seconds, int(out["lengths"].sum()),

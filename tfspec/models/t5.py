@@ -376,13 +376,9 @@ class T5(keras.Model):
                     product(h, panels[i].cross_query, inner))
             else:
                 query = block.cross_attention.query(h)
-            if wide:
-                heads = attend(query, context.cross_keys_transposed[i],
-                               context.cross_values[i], None, cross_mask,
-                               keys_transposed=True)
-            else:
-                heads = attend(query, context.cross_keys[i], context.cross_values[i], None,
-                               cross_mask)
+            keys = context.cross_keys_transposed[i] if wide else context.cross_keys[i]
+            heads = attend(query, keys, context.cross_values[i], None, cross_mask,
+                           keys_transposed=wide)
             if panels is not None:
                 x = x + product(block.cross_attention.merge_heads(heads), panels[i].cross_out,
                                 d_model)
