@@ -170,6 +170,14 @@ def _draft_step(draft, draft_context, cache, ids, positions, features, live=None
     return logits, features, cache
 
 
+def _prepare(model, prompt_ids, prompt_lengths, length: int, window: int):
+    """`model.prepare`, told the static width of the windows it will decode when it lays
+    its cache out for them (`WindowedCache` in protocol.py)."""
+    if window > 1 and getattr(model, "prepares_windows", False):
+        return model.prepare(prompt_ids, prompt_lengths, length, window=window)
+    return model.prepare(prompt_ids, prompt_lengths, length)
+
+
 def _live_kwargs(model, live, width: int, live_width=None) -> dict:
     """The `live_width` argument for a model that takes it (`LiveWidth` in protocol.py),
     else nothing: int32 [batch], `live_width` (default: the whole window, `width`) for live
@@ -612,7 +620,8 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
     keys = rng.row_keys_for(seed, row_keys)                                  # [batch, 2]
 
     # Encoders run once here; contexts are captured by the loop body, not carried.
-    target_context, target_cache = target.prepare(prompt_ids, prompt_lengths, length)
+    target_context, target_cache = _prepare(target, prompt_ids, prompt_lengths, length,
+                                            window=k + 1)
     feature_draft = k > 0 and uses_target_features(draft)
     feature_layers = tuple(draft.feature_layers) if feature_draft else ()
     parallel_draft = k > 0 and drafts_in_parallel(draft)

@@ -109,7 +109,7 @@ class _PoisonedTail(WrappedModel):
         live = tf.maximum(live_width - self._shift, 0)[:, None]                 # [B, 1]
         past = tf.range(ids.shape[1])[None, :] >= live                         # [B, W]
         logits = tf.where(past[..., None], tf.one_hot(2, logits.shape[-1]) * 1e4, logits)
-        heads = cache.keys[0].shape[1]
+        heads = cache.values[0].shape[1]
         grid = [ids.shape[0], heads, ids.shape[1]]
         indices = tf.stack([tf.broadcast_to(tf.range(grid[0])[:, None, None], grid),
                             tf.broadcast_to(tf.range(heads)[None, :, None], grid),
@@ -120,8 +120,12 @@ class _PoisonedTail(WrappedModel):
             return tf.tensor_scatter_nd_update(
                 layer, indices, tf.where(past[:, None, :, None], 1e3, written))
 
+        def poison_columns(layer):  # [B, H, d, L] (a cache prepared for windows)
+            return tf.transpose(poison(tf.transpose(layer, [0, 1, 3, 2])), [0, 1, 3, 2])
+
         return logits, type(cache)(tuple(map(poison, cache.keys)),
-                                   tuple(map(poison, cache.values)))
+                                   tuple(map(poison, cache.values)),
+                                   tuple(map(poison_columns, cache.keys_transposed)))
 
 
 @pytest.mark.parametrize("k", [

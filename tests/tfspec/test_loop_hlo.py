@@ -89,6 +89,9 @@ def test_no_whole_cache_copy_inside_the_loop(temperature, batch, adaptive):
     length = config.buffer_length
     cache_shapes = {f"f32[{batch},{m.config.num_heads},{length},{m.config.d_kv}]"
                     for m in (target, draft)}
+    # The target's keys, laid out for its verify windows ([B, H, d_kv, L], `WindowedCache`).
+    key_columns = f"f32[{batch},{target.config.num_heads},{target.config.d_kv},{length}]"
+    cache_shapes.add(key_columns)
     copies = [line.strip()[:160] for name in in_loop for line in computations[name]
               if re.search(r" (copy|transpose)\(", line)
               and any(f"= {shape}" in line for shape in cache_shapes)]
@@ -97,3 +100,7 @@ def test_no_whole_cache_copy_inside_the_loop(temperature, batch, adaptive):
     scatters = [line for name in in_loop for line in computations[name]
                 if any(f"= {shape}" in line for shape in cache_shapes) and "scatter" in line]
     assert scatters, "no cache update found: the shape match is broken"
+    # ...and the transposed keys' per-row slice updates.
+    slices = [line for name in in_loop for line in computations[name]
+              if f"= {key_columns}" in line and "dynamic-update-slice" in line]
+    assert slices, "no update of the transposed key cache found"

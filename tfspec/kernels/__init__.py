@@ -161,7 +161,7 @@ def _on_cpu() -> bool:
     return True
 
 
-def _in_xla_program() -> bool:
+def in_xla_program() -> bool:
     """True while tracing a function that XLA compiles (a custom call runs nowhere else:
     not eagerly, not in a plain tf.function graph)."""
     # pylint: disable=g-import-not-at-top
@@ -281,7 +281,7 @@ def instruction_set(name: str):
 def enabled() -> bool:
     """Whether `matmul` may be used in the program being traced: allowed, an XLA program
     for CPU devices, with the kernel loaded."""
-    return _allowed and _in_xla_program() and _on_cpu() and _load()
+    return _allowed and in_xla_program() and _on_cpu() and _load()
 
 
 def panels(kernel: tf.Tensor, half_width: bool = False) -> tf.Tensor:

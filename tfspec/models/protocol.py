@@ -201,3 +201,34 @@ class LiveWidth(Protocol):
     """
 
     decodes_live_width: bool
+
+
+class WindowedCache(Protocol):
+    """A model that lays its cache out for the window width its decode calls will pass
+    (`tfspec.models.T5`: the verify's self-attention keys).
+
+    `prepares_windows = True`, and `prepare(prompt_ids, prompt_lengths, max_length,
+    window=W)` takes the static width of every window this cache will be decoded with: the
+    loop passes k + 1 to a speculative target and nothing (1) otherwise. Models without the
+    attribute are prepared without it. Nothing about `decode` changes: the same window at
+    the same positions gives the same logits whatever the layout, up to the summation order
+    of the attention's dot products.
+
+    Why: XLA:CPU's dot for a window of W > 1 queries [W, d_kv] against keys stored [L, d_kv]
+    transposes the keys on every call (inside the embedded target's verify, k = 4, per
+    `bench.loop_profile`: 31-50 us per score dot at L = 38, where the same dot in a loop of
+    its own takes 4 us, 93-170 us at L = 262; `ynn::transpose` was ~7% of a 512-token
+    request's `perf` samples). Keys stored [d_kv, L] are what that dot reads without a
+    transpose (10-13 us at L = 38, 57 us at L = 262); a one-position step (the
+    autoregressive target, a draft) reads [L, d_kv] as a vector-matrix product, which is
+    faster there.
+
+    Worked example, T5, k = 4, one row at n = 6 in a cache of L = 14 slots: the verify
+    writes its five keys (each [d_kv]) as the columns 6 .. 10 of the [d_kv, 14] key matrix
+    of every layer and head, in one in-place slice update; its values go to rows 6 .. 10
+    of the [14, d_kv] value matrix as before. The window always fits: positions + W <= L,
+    because the loop's buffer holds max_new_tokens + k + 2 slots and a row's window starts
+    at its length <= max_new_tokens.
+    """
+
+    prepares_windows: bool

@@ -29,12 +29,65 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import keras
 import numpy as np
 import tensorflow as tf
+# XLA's dynamic_update_slice as a TensorFlow op (no tf.* API exposes it); it runs only in
+# XLA programs, which `_write_key_columns` checks.
+from tensorflow.compiler.tf2xla.python import xla as tf2xla
 
 from tfspec import kernels
 from tfspec.models.t5_config import T5Config
 from tfspec.models.t5_layers import RMSNorm, T5Block, attend, normal_initializer
 
 _SUPPORTED_DTYPES = ("float32", "bfloat16")
+
+
+# Batches up to this size write a transposed key cache by one slice per row (see below).
+_SLICED_ROWS = 16
+
+
+def _write_key_columns(keys_transposed: tf.Tensor, keys: tf.Tensor,
+                       write_indices: tf.Tensor) -> tf.Tensor:
+    """Writes a window's keys into a transposed key cache.
+
+    Args:
+      keys_transposed: [B, H, d_kv, L], column j the key of position j.
+      keys: [B, H, W, d_kv], the window's keys.
+      write_indices: int32 [B, H, W, 3] (row, head, position), as for the other layout;
+        a row's W positions are consecutive (what `decode` takes).
+
+    Returns:
+      [B, H, d_kv, L] with the columns at the window's positions replaced.
+
+    The updated dimension is the minor one, so a row's window is a [H, d_kv, W] block of
+    consecutive columns, not a set of leading-dimension rows a scatter could take whole.
+    In an XLA program (the decode loop) with a static batch of up to `_SLICED_ROWS` rows,
+    each row's block is one dynamic_update_slice of the loop-carried buffer, in place.
+    Otherwise (eager, plain graphs, where that op does not run, and larger batches, whose
+    one op per row would make the program grow with the batch: 256-row test batches took
+    minutes and GBs to compile) one scatter names every scalar (at batch 1 in the embedded
+    target's verify: 6-7 us per layer against 4-5 us for the slice). The two differ only past the end: dynamic_update_slice would clamp a block
+    running past L onto earlier columns, the scatter drops it; windows fit in the loop
+    (`WindowedCache` in protocol.py).
+    """
+    block = tf.transpose(keys, [0, 1, 3, 2])  # [B, H, d_kv, W]
+    batch = keys.shape[0]
+    if batch is not None and batch <= _SLICED_ROWS and kernels.in_xla_program():
+        starts = write_indices[:, 0, 0, 2]  # [B]: each row's first position
+        zero = tf.zeros([], starts.dtype)
+        for b in range(batch):
+            keys_transposed = tf2xla.dynamic_update_slice(
+                keys_transposed, block[b:b + 1],
+                tf.stack([tf.constant(b, starts.dtype), zero, zero, starts[b]]))
+        return keys_transposed
+    grid = tf.shape(block)  # [B, H, d_kv, W]
+    # [B, H, d_kv, W, 4]: (row, head, d, position) of every scalar of `block`.
+    rows_heads = write_indices[:, :, None, :, :2]
+    positions = write_indices[:, :, None, :, 2:]
+    indices = tf.concat([
+        tf.broadcast_to(rows_heads, tf.concat([grid, [2]], 0)),
+        tf.broadcast_to(tf.range(grid[2])[None, None, :, None, None],
+                        tf.concat([grid, [1]], 0)),
+        tf.broadcast_to(positions, tf.concat([grid, [1]], 0))], -1)
+    return tf.tensor_scatter_nd_update(keys_transposed, indices, block)
 
 
 def _kernel_applies(x: tf.Tensor) -> bool:
@@ -108,11 +161,18 @@ class T5Cache(NamedTuple):
       keys: tuple over decoder layers of [B, H, max_length, d_kv] (compute dtype); slot j
         holds the key of decoder position j of that row. Head-major so that attention reads
         the cache in place (see `t5_layers.attend`); a decode step writes only its window.
-      values: same layout as `keys`.
+        Empty when `keys_transposed` holds the keys.
+      values: tuple over decoder layers of [B, H, max_length, d_kv], like `keys`.
+      keys_transposed: tuple over decoder layers of [B, H, d_kv, max_length]: column j is
+        the key of position j. The layout of a cache prepared for windows of several
+        positions (`prepare(..., window=W)`, the speculative target's verify), whose score
+        dot [W, d_kv] x [d_kv, L] XLA:CPU then runs without transposing the keys (see
+        `WindowedCache` in protocol.py); empty otherwise.
     """
 
     keys: Tuple[tf.Tensor, ...]
     values: Tuple[tf.Tensor, ...]
+    keys_transposed: Tuple[tf.Tensor, ...] = ()
 
 
 class T5(keras.Model):
@@ -276,6 +336,18 @@ class T5(keras.Model):
         """int32 [B, T] -> float32 [B, T, D] (the residual stream is kept in float32)."""
         return tf.cast(tf.gather(self.shared, ids), tf.float32)
 
+    def _embed_window(self, ids: tf.Tensor) -> tf.Tensor:
+        """`_embed` for a decode window: int32 [B, W] -> float32 [B, W, D].
+
+        One gather per window entry while B is 1: XLA:CPU splits a gather of several rows
+        of the [V, D] table over its thread pool (its cost model counts the whole table),
+        and waking the pool's threads for the 5 rows of a verify cost 10-50 us inside the
+        loop (`bench.loop_profile`); a one-row gather runs inline.
+        """
+        if ids.shape[0] != 1 or ids.shape[1] is None or ids.shape[1] == 1:
+            return self._embed(ids)
+        return tf.concat([self._embed(ids[:, j:j + 1]) for j in range(ids.shape[1])], 1)
+
     def _encoder_bias(self, length: tf.Tensor) -> tf.Tensor:
         """float32 [1, H, S, S] bidirectional bias; prompts are left-aligned, so position =
         index and the bias is the same for every row."""
@@ -352,18 +424,22 @@ class T5(keras.Model):
             else:
                 query = block.self_attention.query(h)
                 keys, values = block.self_attention.keys_values(h)
+            transposed = cache is not None and bool(cache.keys_transposed)
             if cache is not None:
-                # Per-row write of the window at its positions: keys [B, H, W, d_kv] go to
+                # Per-row write of the window at its positions: values [B, H, W, d_kv] go to
                 # slots (row, head, position). A scatter, not a dynamic_update_slice: rows
                 # sit at different positions, and one scatter is a single fixed-shape XLA
                 # op that updates the loop-carried cache buffer in place (its old value
                 # has no other reader). Positions in a row are distinct, so no two
                 # updates hit the same slot.
-                keys = tf.tensor_scatter_nd_update(cache.keys[i], write_indices, keys)
                 values = tf.tensor_scatter_nd_update(cache.values[i], write_indices, values)
+                if transposed:
+                    keys = _write_key_columns(cache.keys_transposed[i], keys, write_indices)
+                else:
+                    keys = tf.tensor_scatter_nd_update(cache.keys[i], write_indices, keys)
                 new_keys.append(keys)
                 new_values.append(values)
-            heads = attend(query, keys, values, bias, self_mask)
+            heads = attend(query, keys, values, bias, self_mask, keys_transposed=transposed)
             if panels is not None:
                 x = x + product(block.self_attention.merge_heads(heads), panels[i].self_out,
                                 d_model)
@@ -392,7 +468,12 @@ class T5(keras.Model):
             else:
                 x = x + tf.cast(block.ffn.transform(h), tf.float32)
             outputs[i] = x
-        new_cache = None if cache is None else T5Cache(tuple(new_keys), tuple(new_values))
+        if cache is None:
+            new_cache = None
+        elif cache.keys_transposed:
+            new_cache = T5Cache((), tuple(new_values), keys_transposed=tuple(new_keys))
+        else:
+            new_cache = T5Cache(tuple(new_keys), tuple(new_values))
         return x, new_cache, tuple(outputs[i] for i in collect)
 
     def _final_decoder_states(self, x: tf.Tensor) -> tf.Tensor:
@@ -613,25 +694,37 @@ class T5(keras.Model):
 
     # ------------------------------------------------------------------------ DecodeModel
 
+    # The `WindowedCache` extension of `tfspec/models/protocol.py`: `prepare` takes `window`.
+    prepares_windows = True
+
     def prepare(self, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
-                max_length: int) -> Tuple[T5Context, T5Cache]:
+                max_length: int, window: int = 1) -> Tuple[T5Context, T5Cache]:
         """Runs the encoder once and allocates the decoder cache.
 
         Args:
           prompt_ids: int32 [B, S], left-aligned, padded with `pad_id`.
           prompt_lengths: int32 [B], valid prompt tokens per row (>= 1).
           max_length: static int, decoder positions the cache holds.
+          window: static int, the width of the windows the cache will be decoded with;
+            above 1 the keys are laid out [d_kv, max_length] (`T5Cache.keys_transposed`).
+            Windows must then fit: positions + W <= max_length.
 
         Returns:
           (T5Context with cross-attention K/V of every decoder layer [B, H, S, d_kv], the
           encoder mask [B, S] and the float32 LM head [D, V]; T5Cache of zeros
-          [B, H, max_length, d_kv] per layer).
+          [B, H, max_length, d_kv] per layer, the keys [B, H, d_kv, max_length] if
+          window > 1).
         """
         context = self._context(*self.encode(prompt_ids, prompt_lengths), for_decode=True)
         batch = tf.shape(prompt_ids)[0]
-        shape = [batch, self._config.num_heads, int(max_length), self._config.d_kv]
-        zeros = tuple(tf.zeros(shape, self.compute_dtype) for _ in self.decoder_blocks)
-        return context, T5Cache(keys=zeros, values=tuple(tf.identity(z) for z in zeros))
+        heads, d_kv, length = self._config.num_heads, self._config.d_kv, int(max_length)
+        values = tuple(tf.zeros([batch, heads, length, d_kv], self.compute_dtype)
+                       for _ in self.decoder_blocks)
+        if int(window) > 1:
+            keys = tuple(tf.zeros([batch, heads, d_kv, length], self.compute_dtype)
+                         for _ in self.decoder_blocks)
+            return context, T5Cache(keys=(), values=values, keys_transposed=keys)
+        return context, T5Cache(keys=tuple(tf.zeros_like(v) for v in values), values=values)
 
     # The `LiveWidth` extension of `tfspec/models/protocol.py`: `decode` takes `live_width`.
     decodes_live_width = True
@@ -686,7 +779,7 @@ class T5(keras.Model):
         positions = tf.convert_to_tensor(positions, tf.int32)
         # Static when traced with a static max_length (the loop's case), so the bias and
         # mask below have static shapes; falls back to the dynamic size otherwise.
-        key_length = cache.keys[0].shape[2] or tf.shape(cache.keys[0])[2]
+        key_length = cache.values[0].shape[2] or tf.shape(cache.values[0])[2]
         batch, width = tf.shape(ids)[0], tf.shape(ids)[1]
         heads = self._config.num_heads
         # (row, head, position) of every [d_kv] vector the window writes: [B, H, W, 3].
@@ -697,7 +790,7 @@ class T5(keras.Model):
             tf.broadcast_to(positions[:, None, :], grid)], axis=-1)
         bias, mask = self._decoder_bias(positions, key_length)
         x, cache, collected = self._decoder_layers(
-            self._embed(ids), bias, mask, context, cache, write_indices,
+            self._embed_window(ids), bias, mask, context, cache, write_indices,
             collect=self._collected(feature_layers), live_width=live_width)
         states = self._final_decoder_states(x)
         features = self._features(states, collected, feature_layers)

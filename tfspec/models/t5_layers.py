@@ -124,8 +124,9 @@ def attend(query: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
       values: [B, H, L, d_kv] compute dtype.
       bias: float32 broadcastable to [B, H, W, L], or None.
       mask: bool broadcastable to [B, H, W, L]; True = may attend.
-      keys_transposed: whether `keys` is [B, H, d_kv, L] (loop-invariant keys laid out
-        for a window of several queries, see `T5Context.cross_keys_transposed`).
+      keys_transposed: whether `keys` is [B, H, d_kv, L], the layout a window of several
+        queries reads without a transpose (`T5Context.cross_keys_transposed`,
+        `T5Cache.keys_transposed`).
 
     Returns:
       [B, H, W, d_kv] in the dtype of `values`.

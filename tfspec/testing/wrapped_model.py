@@ -19,5 +19,6 @@ class WrappedModel:
             raise AttributeError(name)
         return getattr(self._model, name)
 
-    def prepare(self, prompt_ids, prompt_lengths, max_length):
-        return self._model.prepare(prompt_ids, prompt_lengths, max_length)
+    def prepare(self, prompt_ids, prompt_lengths, max_length, **kwargs):
+        # kwargs: the extensions' arguments (`window` of protocol.py's `WindowedCache`).
+        return self._model.prepare(prompt_ids, prompt_lengths, max_length, **kwargs)

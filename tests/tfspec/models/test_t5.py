@@ -146,6 +146,39 @@ def test_windows_of_several_positions_read_the_transposed_cross_keys(model, widt
     assert (moved > 1e-3) == (width > 1), moved
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_cache_prepared_for_windows_holds_the_keys_transposed(model, jit):
+    """`prepare(..., window=W)` lays the keys out [B, H, d_kv, L] (`keys_transposed`):
+    windows at per-row positions (rows 3 apart, the last window ending at slot L) give the
+    logits of the usual layout, the cache holds the same keys transposed, and the windows
+    read them: poisoning a committed column changes the logits."""
+    prompt_ids, lengths, decoder_ids = _batch(9, target_len=16)
+    length, width = 16, 4
+    plain_context, plain = model.prepare(prompt_ids, lengths, max_length=length)
+    context, windowed = model.prepare(prompt_ids, lengths, max_length=length, window=width)
+    assert windowed.keys == () and len(windowed.keys_transposed) == len(plain.keys)
+    assert windowed.keys_transposed[0].shape == (3, 4, 8, length)  # [B, H, d_kv, L]
+    decode = tf.function(model.decode, jit_compile=True) if jit else model.decode
+    offsets = np.array([0, 2, 4], np.int32)[:, None]  # rows at different positions
+    for start in (0, 4, 8):  # the last window of row 2 fills slots 12 .. 15
+        positions = offsets + start + np.arange(width, dtype=np.int32)
+        ids = np.take_along_axis(decoder_ids, positions, axis=1)
+        expected, plain = decode(plain_context, plain, ids, positions)
+        logits, windowed = decode(context, windowed, ids, positions)
+        np.testing.assert_allclose(logits.numpy(), expected.numpy(), atol=TOL)
+    for keys, transposed in zip(plain.keys, windowed.keys_transposed):
+        np.testing.assert_allclose(np.swapaxes(keys.numpy(), 2, 3), transposed.numpy(),
+                                   atol=TOL)
+    positions = offsets + 8 + np.arange(width, dtype=np.int32)
+    ids = np.take_along_axis(decoder_ids, positions, axis=1)
+    clean, _ = decode(context, windowed, ids, positions)
+    poisoned = [k.numpy() for k in windowed.keys_transposed]
+    poisoned[0][:, :, :, 2] += 10.0  # slot 2: committed in every row
+    broken = windowed._replace(keys_transposed=tuple(map(tf.constant, poisoned)))
+    changed, _ = decode(context, broken, ids, positions)
+    assert np.abs(changed.numpy() - clean.numpy()).max() > 1e-3
+
+
 def test_stale_slots_beyond_position_are_ignored(model):
     prompt_ids, lengths, decoder_ids = _batch(4, target_len=12)
     context, cache = model.prepare(prompt_ids, lengths, max_length=16)
