@@ -64,9 +64,10 @@ def _write_key_columns(keys_transposed: tf.Tensor, keys: tf.Tensor,
     Otherwise (eager, plain graphs, where that op does not run, and larger batches, whose
     one op per row would make the program grow with the batch: 256-row test batches took
     minutes and GBs to compile) one scatter names every scalar (at batch 1 in the embedded
-    target's verify: 6-7 us per layer against 4-5 us for the slice). The two differ only past the end: dynamic_update_slice would clamp a block
-    running past L onto earlier columns, the scatter drops it; windows fit in the loop
-    (`WindowedCache` in protocol.py).
+    target's verify: 6-7 us per layer against 4-5 us for the slice). The two differ only
+    past the end: dynamic_update_slice would clamp a block running past L onto earlier
+    columns, the scatter drops it; windows fit in the loop (`WindowedCache` in
+    protocol.py).
     """
     block = tf.transpose(keys, [0, 1, 3, 2])  # [B, H, d_kv, W]
     batch = keys.shape[0]
