@@ -80,14 +80,16 @@ def _write_key_columns(keys_transposed: tf.Tensor, keys: tf.Tensor,
                 tf.stack([tf.constant(b, starts.dtype), zero, zero, starts[b]]))
         return keys_transposed
     grid = tf.shape(block)  # [B, H, d_kv, W]
+
+    def spread(per_entry):  # [B, H, W] -> [B, H, d_kv, W]
+        return tf.broadcast_to(per_entry[:, :, None, :], grid)
+
     # [B, H, d_kv, W, 4]: (row, head, d, position) of every scalar of `block`.
-    rows_heads = write_indices[:, :, None, :, :2]
-    positions = write_indices[:, :, None, :, 2:]
-    indices = tf.concat([
-        tf.broadcast_to(rows_heads, tf.concat([grid, [2]], 0)),
-        tf.broadcast_to(tf.range(grid[2])[None, None, :, None, None],
-                        tf.concat([grid, [1]], 0)),
-        tf.broadcast_to(positions, tf.concat([grid, [1]], 0))], -1)
+    indices = tf.stack([
+        spread(write_indices[..., 0]), spread(write_indices[..., 1]),
+        tf.broadcast_to(tf.range(grid[2], dtype=write_indices.dtype)[None, None, :, None],
+                        grid),
+        spread(write_indices[..., 2])], axis=-1)
     return tf.tensor_scatter_nd_update(keys_transposed, indices, block)
 
 
