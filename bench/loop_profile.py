@@ -228,15 +228,16 @@ def _parse_args(argv=None):
                         help="prompts decoded together (the pool's first ones)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--calls", type=int, default=3, help="profiled generate calls")
-    parser.add_argument("--top", type=int, default=25, help="instructions printed")
+    parser.add_argument("--top", type=int, default=25,
+                        help="instructions printed (0: only the per-category sums)")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = _parse_args(argv)
-    if args.k < 0 or args.calls < 1 or args.batch_size < 1:
+    if args.k < 0 or args.calls < 1 or args.batch_size < 1 or args.top < 0:
         return cli.usage_error("python -m bench.loop_profile",
-                               "--k must be >= 0, --calls and --batch_size >= 1")
+                               "--k and --top must be >= 0, --calls and --batch_size >= 1")
     with bench_models.exit_on_input_error():
         target, draft, pool = speedup_lib.load_pair_and_prompts(args,
                                                                 min_prompts=args.batch_size)
@@ -248,7 +249,8 @@ def main(argv=None) -> int:
     print(f"{result['iterations_per_call']:.0f} loop iterations per call; ms per iteration:")
     timing.print_table(result["categories"], CATEGORY_COLUMNS)
     print()
-    timing.print_table(result["records"][:args.top], COLUMNS)
+    if args.top > 0:
+        timing.print_table(result["records"][:args.top], COLUMNS)
     timing.write_json(args.json, {"benchmark": "loop_profile", "target": args.target,
                                   "draft": args.draft, "k": args.k,
                                   "batch_size": args.batch_size,

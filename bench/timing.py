@@ -51,7 +51,7 @@ def interleaved_runs(fns: Sequence[Callable[[], object]], repeats: int) -> tuple
 
 
 def print_table(rows: List[dict], columns: Sequence[str]) -> None:
-    widths = [max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns]
+    widths = [max([len(c)] + [len(_fmt(r.get(c))) for r in rows]) for c in columns]
     print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
     for row in rows:
         print("  ".join(_fmt(row.get(c)).rjust(w) for c, w in zip(columns, widths)))

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from bench import loop_profile
+from bench import timing
 from tests.bench.bench_fixtures import TINY, TINY_DRAFT
 
 _HLO = """
@@ -101,6 +102,16 @@ def test_summarize_averages_over_calls_and_iterations():
                              "ms_per_call": pytest.approx(4.8),
                              "ms_per_round": pytest.approx(1.6)}
     assert [c["phase"] for c in categories] == ["draft steps", "round"]
+
+
+def test_a_table_without_rows_prints_its_header(capsys):
+    timing.print_table([], ["op", "ms_per_call"])  # --top 0: the categories only
+    assert capsys.readouterr().out.split() == ["op", "ms_per_call"]
+
+
+def test_a_negative_top_is_a_usage_error(capsys):
+    assert loop_profile.main(["--top", "-1"]) == 2
+    assert "--k and --top must be >= 0" in capsys.readouterr().err
 
 
 def test_a_profiled_speculative_run(tmp_path):
