@@ -118,6 +118,12 @@ def uses_target_features(draft) -> bool:
     return bool(getattr(draft, "uses_target_features", False))
 
 
+def reads_target_encoder(draft) -> bool:
+    """Whether `draft` builds its context from the target's encoder output
+    (`TargetEncoderDraft` in `tfspec/models/protocol.py`) instead of running `prepare`."""
+    return bool(getattr(draft, "reads_target_encoder", False))
+
+
 def drafts_in_parallel(draft) -> bool:
     """Whether `draft` proposes a round's k drafts in one call (`MedusaHeads.propose`)
     instead of one decode per draft step; such a draft keeps no cache."""
@@ -633,7 +639,11 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
             target, target_context, prompt_ids, prompt_lengths, length)
         first_features = tf.zeros([batch, draft.config.d_model], tf.float32)
     elif k > 0:
-        draft_context, draft_cache = draft.prepare(prompt_ids, prompt_lengths, length)
+        if reads_target_encoder(draft):  # No draft encoder: the target's output, projected.
+            draft_context, draft_cache = draft.prepare_with_target(
+                target, target_context, prompt_ids, prompt_lengths, length)
+        else:
+            draft_context, draft_cache = draft.prepare(prompt_ids, prompt_lengths, length)
         first_features = tf.zeros([batch, 0], tf.float32)
     else:
         draft_context, draft_cache = (), ()

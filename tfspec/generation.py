@@ -324,7 +324,7 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
         if draft.vocab_size != target.vocab_size:
             raise ValueError(f"target and draft must share the vocabulary: target vocab_size "
                              f"{target.vocab_size} != draft vocab_size {draft.vocab_size}")
-        if decoding.uses_target_features(draft):
+        if decoding.uses_target_features(draft) or decoding.reads_target_encoder(draft):
             draft.bind(target)  # Refuses, in one line, a target it was not trained for.
     if eos_id is _TARGET_DEFAULT:
         eos_id = target.eos_id

@@ -241,6 +241,45 @@ def test_power_draft_vocabulary_with_a_wrong_rule_is_rejected(models, tables, re
     assert pvalue < P_MIN, f"wrong rule not detected with a draft vocabulary (p = {pvalue:.3g})"
 
 
+@pytest.fixture(scope="module")
+def adapter_draft(models, strategy):
+    """The draft of `models` (same weights) reading the target's encoder output through a
+    random projection (`T5.attach_target_encoder`) instead of its own encoder."""
+    target, _ = models
+    rng = np.random.default_rng(7)
+    with strategy.scope():
+        _, draft = tiny_t5.enumerable_pair()
+        projection = rng.normal(0.0, target.config.d_model ** -0.5,
+                                [target.config.d_model, draft.config.d_model])
+        return draft.attach_target_encoder(projection)
+
+
+@pytest.mark.parametrize("sampling_name, k, batch, calls",
+                         [("t1", 2, 6000, 1), ("t0.8-topp0.95", 3, 3, 700)],
+                         ids=["t1-k2-batch6000", "t0.8-topp0.95-k3-batch3"])
+def test_target_encoder_draft_matches_uncached_target_distribution(
+        models, tables, adapter_draft, sampling_name, k, batch, calls, strategy):
+    """A draft whose context comes from the target's encoder output (no draft encoder)
+    keeps the target's law."""
+    target, _ = models
+    sampling = SAMPLINGS[sampling_name]
+    tokens, lengths, stats = _decode(strategy, target, adapter_draft, k, sampling, batch,
+                                     calls)
+    pvalue = _pvalue(tokens, lengths, tables[0], sampling)
+    assert pvalue > P_MIN, f"p = {pvalue:.2e}"
+    assert 0.05 < tfspec.DecodeStats.concatenate(stats).acceptance_rate < 0.95
+
+
+def test_power_a_wrong_rule_is_rejected_with_a_target_encoder_draft(models, tables,
+                                                                    adapter_draft, strategy):
+    target, _ = models
+    sampling = SAMPLINGS["t1"]
+    tokens, lengths, _ = _decode(strategy, target, adapter_draft, 2, sampling, 6000, 1,
+                                 accept_fn=wrong_rules.inverted_ratio)
+    pvalue = _pvalue(tokens, lengths, tables[0], sampling)
+    assert pvalue < P_MIN, f"wrong rule not detected (p = {pvalue:.3g})"
+
+
 @pytest.mark.parametrize("wrong", ["inverted_ratio", "forgetful_cache"])
 def test_power_wrong_rules_are_rejected(models, tables, wrong, strategy):
     """The same G-test rejects a wrong acceptance rule and a target that drops the cache

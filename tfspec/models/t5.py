@@ -157,6 +157,17 @@ class T5LayerPanels(NamedTuple):
     ffn_out: tf.Tensor      # wo: K = d_ff, N = D
 
 
+class _TargetEncoderAdapter:
+    """A draft's target-encoder adapter (`T5.attach_target_encoder`), held outside Keras'
+    attribute tracking: its projection is not one of the checkpoint's HF tensors, so it must
+    not join `weights` (saved by `save_model` in a file of its own)."""
+
+    def __init__(self, projection: tf.Variable, target_fingerprint: str, target_name: str):
+        self.projection = projection                  # float32 [D_target, D]
+        self.target_fingerprint = target_fingerprint
+        self.target_name = target_name
+
+
 class T5Cache(NamedTuple):
     """Decoder self-attention KV cache, carried through the decode loop.
 
@@ -207,6 +218,8 @@ class T5(keras.Model):
         # Draft vocabulary (`set_draft_vocabulary`): None, or int32 [N] sorted token ids
         # whose logits `decode` returns (a draft's q is 0 outside them).
         self._draft_vocabulary: Optional[np.ndarray] = None
+        # Target-encoder adapter (`attach_target_encoder`), or None: its own encoder.
+        self._target_encoder: Optional[_TargetEncoderAdapter] = None
         rng = np.random.default_rng(seed) if initialize == "random" else None
 
         def init(stddev):
@@ -719,15 +732,137 @@ class T5(keras.Model):
           window > 1).
         """
         context = self._context(*self.encode(prompt_ids, prompt_lengths), for_decode=True)
-        batch = tf.shape(prompt_ids)[0]
+        return context, self._empty_cache(tf.shape(prompt_ids)[0], max_length, window)
+
+    def _empty_cache(self, batch, max_length: int, window: int) -> T5Cache:
+        """The `T5Cache` of zeros that `prepare` returns (see there)."""
         heads, d_kv, length = self._config.num_heads, self._config.d_kv, int(max_length)
         values = tuple(tf.zeros([batch, heads, length, d_kv], self.compute_dtype)
                        for _ in self.decoder_blocks)
         if int(window) > 1:
             keys = tuple(tf.zeros([batch, heads, d_kv, length], self.compute_dtype)
                          for _ in self.decoder_blocks)
-            return context, T5Cache(keys=(), values=values, keys_transposed=keys)
-        return context, T5Cache(keys=tuple(tf.zeros_like(v) for v in values), values=values)
+            return T5Cache(keys=(), values=values, keys_transposed=keys)
+        return T5Cache(keys=tuple(tf.zeros_like(v) for v in values), values=values)
+
+    # ----------------------------------------------------- target-encoder adapter (drafts)
+
+    @property
+    def reads_target_encoder(self) -> bool:
+        """Whether this model, as a draft, reads its target's encoder output through an
+        adapter (`attach_target_encoder`): the `TargetEncoderDraft` extension of
+        `tfspec/models/protocol.py`."""
+        return self._target_encoder is not None
+
+    @property
+    def target_encoder_projection(self) -> Optional[tf.Variable]:
+        """float32 [D_target, D], the adapter's projection, or None without an adapter."""
+        adapter = self._target_encoder
+        return None if adapter is None else adapter.projection
+
+    @property
+    def target_encoder_fingerprint(self) -> str:
+        """`target_binding.target_fingerprint` of the target the adapter was fitted to ("":
+        any target of its width)."""
+        adapter = self._target_encoder
+        return "" if adapter is None else adapter.target_fingerprint
+
+    def attach_target_encoder(self, projection, target_fingerprint: str = "",
+                              target_name: str = "") -> "T5":
+        """Makes this model, as a draft, read its target's encoder output instead of its own.
+
+        In `tfspec.generate` its cross-attention then reads encoder_states @ projection,
+        where encoder_states [B, S, D_target] is what the target's encoder computed for the
+        request anyway, and its own encoder never runs (see `TargetEncoderDraft` in
+        `tfspec/models/protocol.py` for why and why it stays exact). The uncached
+        `forward` and decoding it alone (k = 0) keep its own encoder.
+
+        Args:
+          projection: float [D_target, D] (D = this model's d_model).
+          target_fingerprint: `target_binding.target_fingerprint` of the target it was
+            fitted to; `bind` refuses any other. "" accepts any target of width D_target.
+          target_name: how to get that target (e.g. "zoo:tiny-code-target"), for messages.
+
+        Returns:
+          self.
+
+        Raises:
+          ValueError: a projection that is not [D_target, D].
+        """
+        array = np.asarray(projection, np.float32)
+        if array.ndim != 2 or array.shape[1] != self._config.d_model or array.shape[0] < 1:
+            raise ValueError(f"a target-encoder projection is [target d_model, "
+                             f"{self._config.d_model}]; got shape {list(array.shape)}")
+        self._target_encoder = _TargetEncoderAdapter(
+            tf.Variable(array, name="target_encoder_projection"), str(target_fingerprint),
+            str(target_name))
+        return self
+
+    def detach_target_encoder(self) -> "T5":
+        """Drops the adapter: this model runs its own encoder again. Returns self."""
+        self._target_encoder = None
+        return self
+
+    def bind(self, target) -> "T5":
+        """Checks that this draft's adapter fits `target` (`tfspec.generate` calls it);
+        returns self. Without an adapter any target is accepted here.
+
+        Raises:
+          ValueError (one line): a target that is not a T5, of another width, or (with a
+            fingerprint) another model than the one the adapter was fitted to.
+        """
+        adapter = self._target_encoder
+        if adapter is None:
+            return self
+        what = adapter.target_name or "the target it was fitted to"
+        config = getattr(target, "config", None)
+        if not isinstance(config, T5Config) or not hasattr(target, "encode"):
+            raise ValueError(f"a draft that reads its target's encoder needs a T5 target; "
+                             f"got {type(target).__name__} (detach_target_encoder() to use "
+                             "its own encoder)")
+        width = int(adapter.projection.shape[0])
+        if config.d_model != width:
+            raise ValueError(f"this draft reads the encoder output of a target with d_model "
+                             f"{width} ({what}); the target has {config.d_model} "
+                             "(detach_target_encoder() to use its own encoder)")
+        if adapter.target_fingerprint:
+            # Local: target_binding imports nothing of this module, but keep t5 importable
+            # on its own.
+            from tfspec.models import target_binding  # pylint: disable=g-import-not-at-top
+            found = target_binding.cached_fingerprint(target)
+            if found != adapter.target_fingerprint:
+                raise ValueError(f"this draft's target-encoder adapter was fitted to {what} "
+                                 f"(fingerprint {adapter.target_fingerprint}); the target "
+                                 f"given is a different model ({found}): pass that target, or "
+                                 "call draft.detach_target_encoder() to use its own encoder")
+        return self
+
+    def prepare_with_target(self, target, target_context: T5Context, prompt_ids: tf.Tensor,
+                            prompt_lengths: tf.Tensor, max_length: int
+                            ) -> Tuple[T5Context, T5Cache]:
+        """`prepare` without this model's encoder: its context from the target's encoder
+        output, projected by the adapter (`attach_target_encoder`).
+
+        Args:
+          target: the target (unused: its context carries what is read).
+          target_context: the target's `T5Context` of this request; its `encoder_states`
+            [B, S, D_target] and `encoder_mask` bool [B, S] are read.
+          prompt_ids: int32 [B, S] (its batch size sizes the cache).
+          prompt_lengths: unused (the target's encoder_mask holds them).
+          max_length: static int, decoder positions the cache holds.
+
+        Returns:
+          (T5Context, T5Cache) as `prepare` returns them for a one-position window.
+        """
+        del target, prompt_lengths
+        if self._target_encoder is None:
+            raise ValueError("this model has no target-encoder adapter "
+                             "(attach_target_encoder); use prepare")
+        states = tf.einsum("bsd,de->bse", tf.cast(target_context.encoder_states, tf.float32),
+                           self._target_encoder.projection)
+        context = self._context(tf.cast(states, self.compute_dtype),
+                                target_context.encoder_mask, for_decode=True)
+        return context, self._empty_cache(tf.shape(prompt_ids)[0], max_length, window=1)
 
     # The `LiveWidth` extension of `tfspec/models/protocol.py`: `decode` takes `live_width`.
     decodes_live_width = True
