@@ -10,6 +10,10 @@ and what public T5 repositories hold):
     DIR/draft_vocabulary.json            optional, tfspec's own: {"ids": [...]}, the draft
                                          vocabulary of a draft (`T5.set_draft_vocabulary`);
                                          other loaders ignore it
+    DIR/target_encoder.safetensors       optional, tfspec's own: "projection" [D_target, D]
+                                         and the target's fingerprint and name (metadata), a
+                                         draft's target-encoder adapter
+                                         (`T5.attach_target_encoder`); other loaders ignore it
 
 Specs accepted by `load_model`:
 
@@ -42,6 +46,7 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 DRAFT_VOCABULARY_FILE = "draft_vocabulary.json"
+TARGET_ENCODER_FILE = "target_encoder.safetensors"
 TOKENIZER_FILE = "spiece.model"
 ZOO_DIR = pathlib.Path(__file__).resolve().parent / "zoo"
 
@@ -344,7 +349,26 @@ def _load_directory(directory: str, dtype: Optional[str]) -> T5:
     model = build_model(config, tensors, dtype, directory)
     model.tokenizer_path = _find_tokenizer(directory)
     _load_draft_vocabulary(model, directory)
+    _load_target_encoder(model, directory)
     return model
+
+
+def _load_target_encoder(model: T5, directory: str) -> None:
+    path = os.path.join(directory, TARGET_ENCODER_FILE)
+    if not os.path.isfile(path):
+        return
+    from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+    try:
+        with safe_open(path, framework="np") as f:
+            metadata = f.metadata() or {}
+            projection = f.get_tensor("projection")
+        model.attach_target_encoder(projection, metadata.get("target_fingerprint", ""),
+                                    metadata.get("target_name", ""))
+    except Exception as e:  # pylint: disable=broad-except  (safetensors raises its own types)
+        raise ValueError(f"{path} is not a target-encoder adapter ({' '.join(str(e).split())}"
+                         "); expected a safetensors file with a [target d_model, "
+                         f"{model.config.d_model}] tensor named projection, or delete the "
+                         "file to load the draft with its own encoder") from None
 
 
 def _load_draft_vocabulary(model: T5, directory: str) -> None:
@@ -581,4 +605,12 @@ def save_model(model: T5, directory, dtype: Optional[str] = None) -> str:
             f.write("\n")
     elif os.path.exists(vocabulary_path):
         os.remove(vocabulary_path)  # The model has its full vocabulary again.
+    adapter_path = os.path.join(directory, TARGET_ENCODER_FILE)
+    if model.reads_target_encoder:
+        save_file({"projection": tf.convert_to_tensor(model.target_encoder_projection)},
+                  adapter_path,
+                  metadata={"target_fingerprint": model.target_encoder_fingerprint,
+                            "target_name": model.target_encoder_name})
+    elif os.path.exists(adapter_path):
+        os.remove(adapter_path)  # The model runs its own encoder again.
     return directory

@@ -767,6 +767,12 @@ class T5(keras.Model):
         adapter = self._target_encoder
         return "" if adapter is None else adapter.target_fingerprint
 
+    @property
+    def target_encoder_name(self) -> str:
+        """How to get the target the adapter was fitted to ("" if unnamed)."""
+        adapter = self._target_encoder
+        return "" if adapter is None else adapter.target_name
+
     def attach_target_encoder(self, projection, target_fingerprint: str = "",
                               target_name: str = "") -> "T5":
         """Makes this model, as a draft, read its target's encoder output instead of its own.

@@ -97,3 +97,34 @@ def test_the_projection_is_not_a_checkpoint_weight():
     count = len(T5(DRAFT, seed=2).weights)
     assert len(draft.weights) == count
     assert draft.target_encoder_projection.shape == (24, 16)
+
+
+def test_save_and_load_keep_the_adapter(tmp_path):
+    from tfspec import checkpoints
+    target, draft = _pair()
+    checkpoints.save_model(draft, tmp_path / "draft", dtype="float32")
+    loaded = checkpoints.load_model(str(tmp_path / "draft"))
+    assert loaded.reads_target_encoder
+    np.testing.assert_array_equal(loaded.target_encoder_projection.numpy(),
+                                  draft.target_encoder_projection.numpy())
+    assert loaded.target_encoder_fingerprint == draft.target_encoder_fingerprint
+    assert loaded.target_encoder_name == "the test target"
+    greedy = tfspec.Sampling(temperature=0.0)
+    want = tfspec.generate(target, PROMPTS, draft=draft, k=2, max_new_tokens=8,
+                           sampling=greedy)
+    got = tfspec.generate(target, PROMPTS, draft=loaded, k=2, max_new_tokens=8,
+                          sampling=greedy)
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    # Saved again without it, the file goes: the loaded draft runs its own encoder.
+    checkpoints.save_model(loaded.detach_target_encoder(), tmp_path / "draft")
+    assert not checkpoints.load_model(str(tmp_path / "draft")).reads_target_encoder
+
+
+def test_a_corrupt_adapter_file_is_a_one_line_error(tmp_path):
+    from tfspec import checkpoints
+    _, draft = _pair()
+    checkpoints.save_model(draft, tmp_path / "draft")
+    (tmp_path / "draft" / checkpoints.TARGET_ENCODER_FILE).write_bytes(b"not safetensors")
+    with pytest.raises(ValueError, match="is not a target-encoder adapter") as error:
+        checkpoints.load_model(str(tmp_path / "draft"))
+    assert "\n" not in str(error.value)
