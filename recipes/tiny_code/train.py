@@ -68,10 +68,13 @@ def parse_args(argv=None):
                         help="Checkpoints and logs (default: the config's workdir).")
     parser.add_argument("--stage", default="all",
                         choices=("target", "draft", "export", "all", "feature_draft",
-                                 "feature_draft_export", "medusa", "medusa_export"),
+                                 "feature_draft_export", "medusa", "medusa_export",
+                                 "target_encoder_draft", "target_encoder_draft_export"),
                         help="what to run (feature_draft*: the recipe's feature_draft "
                              "section, an EAGLE-style head for a frozen target; medusa*: its "
-                             "medusa section, Medusa heads for a frozen target)")
+                             "medusa section, Medusa heads for a frozen target; "
+                             "target_encoder_draft*: its target_encoder_draft section, a T5 "
+                             "draft that reads its target's encoder output)")
     parser.add_argument("--max_steps", type=int, default=None,
                         help="Train the training stages to this step instead of the "
                              "config's steps (the learning-rate schedule is unchanged).")
@@ -94,6 +97,7 @@ def main(argv=None):
     from tfspec.training import export, stages
     from tfspec.training import feature_draft as feature_draft_lib
     from tfspec.training import medusa as medusa_lib
+    from tfspec.training import target_encoder_draft as target_encoder_lib
     tf.get_logger().setLevel("ERROR")  # Bucketed shapes retrace on purpose; no warnings.
 
     config = stages.validate_config(load_config(args.config, args.set))
@@ -129,6 +133,12 @@ def main(argv=None):
                                                      progress=not args.no_progress)
         elif stage == medusa_lib.EXPORT_STAGE:
             results[stage] = medusa_lib.export_medusa(config, workdir, args.zoo_dir, data)
+        elif stage == target_encoder_lib.STAGE:
+            results[stage] = target_encoder_lib.train_target_encoder_draft(
+                config, workdir, data, args.max_steps, progress=not args.no_progress)
+        elif stage == target_encoder_lib.EXPORT_STAGE:
+            results[stage] = target_encoder_lib.export_target_encoder_draft(
+                config, workdir, args.zoo_dir, data)
         else:
             results[stage] = export.export_pair(config, workdir, args.zoo_dir, data)
         stages.log(f"[train] stage {stage} done: "

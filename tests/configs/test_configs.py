@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CONFIG_DIR = os.path.join(ROOT, "configs")
 # Training recipes (recipes.tiny_code.train), not evals.run configs: they only have to load.
 TRAIN_CONFIGS = ("zoo_tiny_code.py", "zoo_draft_objectives.py", "zoo_tiny_code_eagle.py",
-                 "zoo_tiny_code_medusa.py")
+                 "zoo_tiny_code_medusa.py", "zoo_tiny_code_draft_te.py")
 # Helpers the configs import, not configs themselves.
 HELPER_MODULES = ("common.py",)
 

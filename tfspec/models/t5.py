@@ -162,7 +162,7 @@ class _TargetEncoderAdapter:
     attribute tracking: its projection is not one of the checkpoint's HF tensors, so it must
     not join `weights` (saved by `save_model` in a file of its own)."""
 
-    def __init__(self, projection: tf.Variable, target_fingerprint: str, target_name: str):
+    def __init__(self, projection: keras.Variable, target_fingerprint: str, target_name: str):
         self.projection = projection                  # float32 [D_target, D]
         self.target_fingerprint = target_fingerprint
         self.target_name = target_name
@@ -655,15 +655,41 @@ class T5(keras.Model):
           `encoder_states` and `encoder_mask` a feature draft cross-attends to).
         """
         context = self._context(*self.encode(encoder_ids, encoder_lengths))
+        states, collected = self._uncached_decoder(context, decoder_input_ids,
+                                                   self._collected(feature_layers))
+        return states, self._features(states, collected, feature_layers), context
+
+    def _uncached_decoder(self, context: T5Context, decoder_input_ids: tf.Tensor,
+                          collect: Tuple[int, ...] = ()) -> Tuple[tf.Tensor, tuple]:
+        """(final decoder states float32 [B, T, D], the `collect`ed block outputs) of a
+        teacher-forced pass over decoder_input_ids int32 [B, T] with no cache."""
         decoder_input_ids = tf.convert_to_tensor(decoder_input_ids, tf.int32)
         length = tf.shape(decoder_input_ids)[1]
         positions = tf.broadcast_to(tf.range(length)[None], tf.shape(decoder_input_ids))
         # Standard causal mask: the keys are the window itself, key j = position j.
         bias, mask = self._decoder_bias(positions[:1], length)
         x, _, collected = self._decoder_layers(self._embed(decoder_input_ids), bias, mask,
-                                               context, collect=self._collected(feature_layers))
-        states = self._final_decoder_states(x)
-        return states, self._features(states, collected, feature_layers), context
+                                               context, collect=collect)
+        return self._final_decoder_states(x), collected
+
+    def forward_from_encoder(self, encoder_states: tf.Tensor, encoder_mask: tf.Tensor,
+                             decoder_input_ids: tf.Tensor) -> tf.Tensor:
+        """`forward` from a given encoder output (differentiable).
+
+        A draft with a target-encoder adapter (`attach_target_encoder`) is trained on its
+        target's encoder output times the projection (`tfspec.training.target_encoder_draft`),
+        and a frozen target computed once per batch serves both models.
+
+        Args:
+          encoder_states: [B, S, D] (cast to the compute dtype).
+          encoder_mask: bool [B, S], True at valid prompt tokens.
+          decoder_input_ids: int32 [B, T], as in `forward`.
+
+        Returns:
+          float32 [B, T, V] next-token logits.
+        """
+        context = self._context(tf.cast(encoder_states, self.compute_dtype), encoder_mask)
+        return self.logits_from_states(self._uncached_decoder(context, decoder_input_ids)[0])
 
     def _collected(self, feature_layers: Tuple[int, ...]) -> Tuple[int, ...]:
         """The block indices `_decoder_layers` must collect for `feature_layers`."""
@@ -755,7 +781,7 @@ class T5(keras.Model):
         return self._target_encoder is not None
 
     @property
-    def target_encoder_projection(self) -> Optional[tf.Variable]:
+    def target_encoder_projection(self) -> Optional[keras.Variable]:
         """float32 [D_target, D], the adapter's projection, or None without an adapter."""
         adapter = self._target_encoder
         return None if adapter is None else adapter.projection
@@ -800,7 +826,8 @@ class T5(keras.Model):
             raise ValueError(f"a target-encoder projection is [target d_model, "
                              f"{self._config.d_model}]; got shape {list(array.shape)}")
         self._target_encoder = _TargetEncoderAdapter(
-            tf.Variable(array, name="target_encoder_projection"), str(target_fingerprint),
+            keras.Variable(array, dtype="float32", name="target_encoder_projection"),
+            str(target_fingerprint),
             str(target_name))
         return self
 

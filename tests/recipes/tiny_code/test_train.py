@@ -88,3 +88,30 @@ def test_medusa_stage_trains_heads_on_the_finished_target_and_exports_them(tiny_
     exported = main(medusa + ["--stage", "medusa_export"])["medusa_export"]
     card = open(os.path.join(zoo, "tiny-code-medusa", "MODEL_CARD.md")).read()
     assert "Medusa heads" in card and exported["size_mb"] < 15
+
+
+TE_CONFIG = os.path.join(os.path.dirname(CONFIG), "zoo_tiny_code_draft_te.py")
+
+
+def test_target_encoder_draft_stage_trains_and_exports_a_draft_with_an_adapter(tiny_data,
+                                                                              tmp_path):
+    from tfspec import checkpoints
+    workdir, zoo = str(tmp_path / "work"), str(tmp_path / "zoo")
+    for stage in ("target", "draft"):
+        main(["--config", CONFIG + ":smoke", "--workdir", workdir, "--stage", stage,
+              "--max_steps", "1"] + FLAGS)
+    flags = ["--config", TE_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
+             "--set", "target_encoder_draft.warmup_steps=1"] + FLAGS
+    results = main(flags + ["--stage", "target_encoder_draft", "--max_steps", "2"])
+    assert results["target_encoder_draft"]["steps"] == 2
+    log = trainer_lib.read_log(os.path.join(workdir, "target_encoder_draft", "log.jsonl"))
+    assert {"loss", "kl", "overlap"} <= set(log[0])
+    exported = main(flags + ["--stage", "target_encoder_draft_export"])[
+        "target_encoder_draft_export"]
+    out = os.path.join(zoo, "tiny-code-draft-te")
+    card = open(os.path.join(out, "MODEL_CARD.md")).read()
+    assert "reads the target's encoder output" in card and exported["size_mb"] < 15
+    assert os.path.exists(os.path.join(out, checkpoints.TARGET_ENCODER_FILE))
+    assert checkpoints.load_model(out).reads_target_encoder
+    rates = exported["acceptance"]["tiny-code-draft-te"]
+    assert [row["temperature"] for row in rates] == [0.0, 1.0]
