@@ -44,6 +44,8 @@ def get_config(arg=None):
     config.target_encoder_draft = section
     config.export.target_encoder_draft_name = "tiny-code-draft-te"
     config.export.target_encoder_draft_max_mb = 15.0
+    # --stage target_encoder_adapter writes the least-squares adapter alone beside this draft.
+    config.export.adapter_draft_name = "tiny-code-draft"
     if arg == "smoke":
         section.target_from = ""
         section.init_from = ""

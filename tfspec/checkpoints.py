@@ -605,12 +605,20 @@ def save_model(model: T5, directory, dtype: Optional[str] = None) -> str:
             f.write("\n")
     elif os.path.exists(vocabulary_path):
         os.remove(vocabulary_path)  # The model has its full vocabulary again.
-    adapter_path = os.path.join(directory, TARGET_ENCODER_FILE)
-    if model.reads_target_encoder:
-        save_file({"projection": tf.convert_to_tensor(model.target_encoder_projection)},
-                  adapter_path,
-                  metadata={"target_fingerprint": model.target_encoder_fingerprint,
-                            "target_name": model.target_encoder_name})
-    elif os.path.exists(adapter_path):
-        os.remove(adapter_path)  # The model runs its own encoder again.
+    save_target_encoder(model, directory)
     return directory
+
+
+def save_target_encoder(model: T5, directory) -> Optional[str]:
+    """Writes `model`'s target-encoder adapter as DIR/target_encoder.safetensors (removes a
+    stale one if it has none; `save_model` calls this). Returns the path written, or None."""
+    from safetensors.tensorflow import save_file  # pylint: disable=g-import-not-at-top
+    path = os.path.join(os.fspath(directory), TARGET_ENCODER_FILE)
+    if not model.reads_target_encoder:
+        if os.path.exists(path):
+            os.remove(path)  # The model runs its own encoder again.
+        return None
+    save_file({"projection": tf.convert_to_tensor(model.target_encoder_projection)}, path,
+              metadata={"target_fingerprint": model.target_encoder_fingerprint,
+                        "target_name": model.target_encoder_name})
+    return path

@@ -165,7 +165,7 @@ def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, acce
     # widths), is decided when the loop is traced.
     key = (config, jit_compile, accept_fn, draft_sample_fn, kernels.allowed(),
            kernels.panel_layout(target), None if draft is None else kernels.panel_layout(draft),
-           _vocabulary_key(draft), check_panels)
+           _vocabulary_key(draft), _adapter_key(draft), check_panels)
     if key not in table:
         # Weak references: the cache entry must not keep its own keys alive. The function
         # only runs while the target is alive (it is reached through the target's entry).
@@ -180,6 +180,14 @@ def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, acce
                        check_panels),
             jit_compile=jit_compile, autograph=False)
     return table[key]
+
+
+def _adapter_key(draft) -> Optional[int]:
+    """Which target-encoder adapter a loop is traced with (`T5.attach_target_encoder`): the
+    program reads that projection variable, or runs the draft's own encoder without one.
+    (The compiled function holds the variable, so its id is not reused while cached.)"""
+    projection = getattr(draft, "target_encoder_projection", None)
+    return None if projection is None else id(projection)
 
 
 def _vocabulary_key(draft) -> Optional[bytes]:

@@ -69,12 +69,14 @@ def parse_args(argv=None):
     parser.add_argument("--stage", default="all",
                         choices=("target", "draft", "export", "all", "feature_draft",
                                  "feature_draft_export", "medusa", "medusa_export",
-                                 "target_encoder_draft", "target_encoder_draft_export"),
+                                 "target_encoder_draft", "target_encoder_draft_export",
+                                 "target_encoder_adapter"),
                         help="what to run (feature_draft*: the recipe's feature_draft "
                              "section, an EAGLE-style head for a frozen target; medusa*: its "
                              "medusa section, Medusa heads for a frozen target; "
-                             "target_encoder_draft*: its target_encoder_draft section, a T5 "
-                             "draft that reads its target's encoder output)")
+                             "target_encoder_*: its target_encoder_draft section, a T5 "
+                             "draft that reads its target's encoder output: the adapter "
+                             "alone, or fine-tuned with it)")
     parser.add_argument("--max_steps", type=int, default=None,
                         help="Train the training stages to this step instead of the "
                              "config's steps (the learning-rate schedule is unchanged).")
@@ -136,6 +138,9 @@ def main(argv=None):
         elif stage == target_encoder_lib.STAGE:
             results[stage] = target_encoder_lib.train_target_encoder_draft(
                 config, workdir, data, args.max_steps, progress=not args.no_progress)
+        elif stage == target_encoder_lib.ADAPTER_STAGE:
+            results[stage] = target_encoder_lib.fit_target_encoder_adapter(
+                config, workdir, args.zoo_dir, data)
         elif stage == target_encoder_lib.EXPORT_STAGE:
             results[stage] = target_encoder_lib.export_target_encoder_draft(
                 config, workdir, args.zoo_dir, data)

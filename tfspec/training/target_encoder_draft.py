@@ -43,6 +43,7 @@ from tfspec.training import trainer as trainer_lib
 
 STAGE = "target_encoder_draft"
 EXPORT_STAGE = "target_encoder_draft_export"
+ADAPTER_STAGE = "target_encoder_adapter"
 PROJECTION_NAME = "target_encoder.projection"
 
 
@@ -228,6 +229,51 @@ def export_target_encoder_draft(config, workdir: str, zoo_dir: Optional[str], da
         load_fn=lambda: load_trained_draft(config, workdir, target, data,
                                            config.export.weights),
         objective=_objective(config, target), card_fn=_model_card)
+
+
+def fit_target_encoder_adapter(config, workdir: str, zoo_dir: Optional[str], data
+                               ) -> Dict[str, Any]:
+    """Step 1 alone, for a draft that keeps its weights: fits the least-squares projection of
+    the section's `init_from` draft for its target and writes it beside that draft as
+    ZOO_DIR/<export.adapter_draft_name>/target_encoder.safetensors (the draft's own files
+    are not touched). Measures acceptance of the draft reloaded from there (with the
+    adapter) and of the same draft running its own encoder, on the same held-out prompts.
+
+    Returns:
+      The metrics (also WORKDIR/target_encoder_adapter/metrics.json).
+    """
+    from tfspec import checkpoints  # pylint: disable=g-import-not-at-top
+    from tfspec.training import export as export_lib  # pylint: disable=g-import-not-at-top
+    section, export = _section(config), config.export
+    target = feature_draft_training.frozen_target(config, workdir, section)
+    draft = _initial_draft(config, workdir)
+    projection = fit_projection(target, draft, data.train, int(section.get("fit_prompts", 1500)))
+    draft.attach_target_encoder(projection, target_binding.target_fingerprint(target),
+                                section.get("target_from", "") or "")
+    out_dir = os.path.join(os.fspath(zoo_dir or checkpoints.ZOO_DIR), export.adapter_draft_name)
+    if not os.path.isfile(os.path.join(out_dir, checkpoints.CONFIG_FILE)):
+        raise FileNotFoundError(f"{out_dir} holds no draft checkpoint to put the adapter "
+                                "beside; export the draft there first")
+    path = checkpoints.save_target_encoder(draft, out_dir)
+    adapted = checkpoints.load_model(out_dir, dtype="float32")
+    own = checkpoints.load_model(out_dir, dtype="float32").detach_target_encoder()
+    prompts = export_lib.heldout_prompts(data, export.num_prompts)
+    acceptance = {
+        label: [export_lib.measure_acceptance(target, model, prompts, export.k,
+                                              export.max_new_tokens, temperature,
+                                              batch_size=export.batch_size, seed=0)
+                for temperature in (0.0, 1.0)]
+        for label, model in (("target encoder", adapted), ("own encoder", own))}
+    metrics = {"adapter": path, "fit_prompts": int(section.get("fit_prompts", 1500)),
+               "acceptance": acceptance}
+    directory = stages.stage_dir(workdir, ADAPTER_STAGE)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2, default=str)
+        f.write("\n")
+    with open(os.path.join(directory, trainer_lib.DONE_FILE), "w", encoding="utf-8") as f:
+        json.dump({"adapter": path}, f)
+    return metrics
 
 
 def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:

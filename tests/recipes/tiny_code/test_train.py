@@ -115,3 +115,20 @@ def test_target_encoder_draft_stage_trains_and_exports_a_draft_with_an_adapter(t
     assert checkpoints.load_model(out).reads_target_encoder
     rates = exported["acceptance"]["tiny-code-draft-te"]
     assert [row["temperature"] for row in rates] == [0.0, 1.0]
+
+
+def test_target_encoder_adapter_stage_writes_the_adapter_beside_the_exported_draft(
+        tiny_data, tmp_path):
+    from tfspec import checkpoints
+    workdir, zoo = str(tmp_path / "work"), str(tmp_path / "zoo")
+    main(["--config", CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
+          "--max_steps", "1"] + FLAGS)  # target, draft, export
+    draft_dir = os.path.join(zoo, "tiny-code-draft")
+    weights = open(os.path.join(draft_dir, checkpoints.WEIGHTS_FILE), "rb").read()
+    metrics = main(["--config", TE_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
+                    "--stage", "target_encoder_adapter"] + FLAGS)["target_encoder_adapter"]
+    assert os.path.exists(os.path.join(draft_dir, checkpoints.TARGET_ENCODER_FILE))
+    # The draft's own files are untouched; loaded, it reads its target's encoder.
+    assert open(os.path.join(draft_dir, checkpoints.WEIGHTS_FILE), "rb").read() == weights
+    assert checkpoints.load_model(draft_dir).reads_target_encoder
+    assert set(metrics["acceptance"]) == {"target encoder", "own encoder"}

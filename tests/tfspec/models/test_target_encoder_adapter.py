@@ -128,3 +128,21 @@ def test_a_corrupt_adapter_file_is_a_one_line_error(tmp_path):
     with pytest.raises(ValueError, match="is not a target-encoder adapter") as error:
         checkpoints.load_model(str(tmp_path / "draft"))
     assert "\n" not in str(error.value)
+
+
+def test_attaching_or_detaching_changes_what_a_cached_loop_runs(monkeypatch):
+    """The compiled loops are cached per (target, draft): one traced with the adapter must
+    not serve the draft after detach_target_encoder, nor after another projection."""
+    target, draft = _pair()
+
+    def overlap():  # sum over verified drafts of sum_x min(p, q): a function of q
+        stats = tfspec.generate(target, PROMPTS, draft=draft, k=2, max_new_tokens=8,
+                                seed=3).stats
+        return float(np.sum(stats.beta_sum))
+
+    with_adapter = overlap()
+    draft.detach_target_encoder()
+    own = overlap()
+    assert own != with_adapter  # a cached adapter program would give the same overlap
+    draft.attach_target_encoder(_projection(seed=11), target_binding.target_fingerprint(target))
+    assert overlap() not in (own, with_adapter)
