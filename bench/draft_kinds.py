@@ -11,7 +11,12 @@ machine hits all of them alike):
 
 Draft kinds (--kinds, default all five):
 
-    t5             --draft SPEC (default zoo:tiny-code-draft): a T5 with its own encoder
+    t5             --draft SPEC (default zoo:tiny-code-draft): a T5 draft; one with a
+                   target-encoder adapter (`T5.attach_target_encoder`, as the zoo draft has
+                   for the embedded target) reads the target's encoder output
+    t5_own_encoder the same --draft with its adapter detached: it runs its own encoder
+                   (not in the default kinds; skipped with a note for a draft without an
+                   adapter, which would be kind t5 again)
     feature        --feature_draft SPEC (default zoo:tiny-code-eagle): an EAGLE-style
                    `tfspec.models.FeatureDraft` that reads the target's features (no encoder,
                    embedding or LM head of its own). It cannot decode alone, so its c is timed
@@ -88,7 +93,9 @@ from tfspec import checkpoints
 
 PROG = "python -m bench.draft_kinds"
 T5, FEATURE, MEDUSA, NGRAM, PROMPT_LOOKUP = "t5", "feature", "medusa", "ngram", "prompt_lookup"
+T5_OWN_ENCODER = "t5_own_encoder"
 KINDS = (T5, FEATURE, MEDUSA, NGRAM, PROMPT_LOOKUP)
+ALL_KINDS = KINDS + (T5_OWN_ENCODER,)  # --kinds may name these; KINDS is the default
 TARGET_FEATURE_KINDS = (FEATURE, MEDUSA)  # Drafts that read the target's features.
 DEFAULT_MEDUSA = "zoo:tiny-code-medusa"
 _RECIPES = {FEATURE: "configs/zoo_tiny_code_eagle.py",
@@ -112,10 +119,10 @@ def _positive_int(text: str) -> int:
 
 def _parse_kinds(text: str) -> List[str]:
     kinds = [x.strip() for x in text.split(",") if x.strip()]
-    unknown = [x for x in kinds if x not in KINDS]
+    unknown = [x for x in kinds if x not in ALL_KINDS]
     if not kinds or unknown:
         raise argparse.ArgumentTypeError(f"--kinds takes a comma-separated subset of "
-                                         f"{','.join(KINDS)}, got {text!r}")
+                                         f"{','.join(ALL_KINDS)}, got {text!r}")
     return list(dict.fromkeys(kinds))
 
 
@@ -198,7 +205,8 @@ def load_drafts(target, target_spec: str, kinds: Sequence[str], draft_spec: str,
         its flag, a vocabulary that is not the target's, or a feature draft trained for
         another target (one line).
     """
-    specs = {T5: (draft_spec, "--draft"), FEATURE: (feature_spec, "--feature_draft"),
+    specs = {T5: (draft_spec, "--draft"), T5_OWN_ENCODER: (draft_spec, "--draft"),
+             FEATURE: (feature_spec, "--feature_draft"),
              MEDUSA: (medusa_spec, "--medusa"), NGRAM: (ngram_spec, "--ngram"),
              PROMPT_LOOKUP: (f"{bench_models.PROMPT_LOOKUP}:{prompt_lookup_ngram}",
                              "--prompt_lookup_ngram")}
@@ -231,6 +239,12 @@ def load_drafts(target, target_spec: str, kinds: Sequence[str], draft_spec: str,
                 f"target and draft must share the vocabulary: --target {target_spec} has "
                 f"vocab_size {target.vocab_size}, {flag} {spec} has vocab_size "
                 f"{draft.vocab_size}")
+        if kind == T5_OWN_ENCODER:
+            if not getattr(draft, "reads_target_encoder", False):
+                entry["skipped"] = (f"{spec} has no target-encoder adapter, so it already "
+                                    "runs its own encoder: kind t5")
+                continue
+            draft.detach_target_encoder()
         drafts[kind] = (spec, bench_models.bind_draft(target, draft, spec, target_spec, flag))
         entry["class"] = type(draft).__name__
     return drafts, described

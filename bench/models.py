@@ -151,12 +151,13 @@ def is_feature_draft(model) -> bool:
 
 def bind_draft(target, draft, draft_spec: str = "", target_spec: str = "",
                flag: str = "--draft"):
-    """Returns `draft`, bound to `target` if it is a feature draft.
+    """Returns `draft`, bound to `target` if it is a feature draft or reads the target's
+    encoder (a T5 draft with a target-encoder adapter).
 
     Raises:
-      ModelError: a feature draft that cannot draft for `target` (one line).
+      ModelError: such a draft that cannot draft for `target` (one line).
     """
-    if is_feature_draft(draft):
+    if is_feature_draft(draft) or decoding.reads_target_encoder(draft):
         try:
             draft.bind(target)
         except ValueError as e:

@@ -163,3 +163,23 @@ def test_load_drafts_binds_the_feature_draft_and_adopts_the_vocabulary(feature_d
     assert drafts["prompt_lookup"][1].max_ngram == 2
     assert all(d.vocab_size == target.vocab_size for _, d in drafts.values())
     assert [d["kind"] for d in described] == list(draft_kinds.KINDS)
+
+
+def test_t5_own_encoder_is_the_draft_without_its_adapter(tmp_path):
+    """Kind t5_own_encoder detaches a draft's target-encoder adapter (kind t5 keeps it), and
+    is skipped with a note for a draft that has none."""
+    import numpy as np
+    from tfspec import checkpoints
+    from tfspec.models import target_binding
+    target = bench_models.load(TINY)
+    kinds = (draft_kinds.T5, draft_kinds.T5_OWN_ENCODER)
+    drafts, described = draft_kinds.load_drafts(target, TINY, kinds, TINY_DRAFT, "", "", 2)
+    assert list(drafts) == ["t5"] and "has no target-encoder adapter" in described[1]["skipped"]
+    draft = bench_models.load(TINY_DRAFT)
+    projection = np.eye(target.config.d_model, draft.config.d_model)
+    draft.attach_target_encoder(projection, target_binding.target_fingerprint(target))
+    checkpoints.save_model(draft, tmp_path / "adapted")
+    drafts, _ = draft_kinds.load_drafts(target, TINY, kinds, str(tmp_path / "adapted"), "",
+                                        "", 2)
+    assert drafts["t5"][1].reads_target_encoder
+    assert not drafts["t5_own_encoder"][1].reads_target_encoder
