@@ -306,14 +306,19 @@ def export_bound_draft(config, workdir: str, zoo_dir: Optional[str], data, *, st
                "sampled_examples": info.get("sampled_examples", 0)}
     with open(os.path.join(out_dir, "MODEL_CARD.md"), "w", encoding="utf-8") as f:
         f.write(card_fn(config, metrics, info))
-    stage_out = stages.stage_dir(workdir, export_stage)
-    os.makedirs(stage_out, exist_ok=True)
-    with open(os.path.join(stage_out, "metrics.json"), "w", encoding="utf-8") as f:
+    write_stage_result(stages.stage_dir(workdir, export_stage), metrics, {"zoo_dir": out_dir})
+    return metrics
+
+
+def write_stage_result(directory: str, metrics: Dict[str, Any], done: Dict[str, Any]) -> None:
+    """Writes an export-like stage's DIRECTORY/metrics.json, then its done marker (last, so
+    a stage that died before it is not taken for finished)."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "metrics.json"), "w", encoding="utf-8") as f:
         json.dump(metrics, f, indent=2, default=str)
         f.write("\n")
-    with open(os.path.join(stage_out, trainer_lib.DONE_FILE), "w", encoding="utf-8") as f:
-        json.dump({"zoo_dir": out_dir}, f)
-    return metrics
+    with open(os.path.join(directory, trainer_lib.DONE_FILE), "w", encoding="utf-8") as f:
+        json.dump(done, f)
 
 
 def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
@@ -322,8 +327,7 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
     done, validation = metrics["training"], metrics["validation"]
     depth = int(section.get("depth", 1))
 
-    def fmt(value, digits=3):
-        return "n/a" if value is None else f"{value:.{digits}f}"
+    fmt = format_metric
 
     lines = [
         f"# {metrics['name']}",
@@ -383,13 +387,8 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         f"{export.k}, max_new_tokens {export.max_new_tokens}, beside the T5 draft on the same "
         "prompts:",
         "",
-        "| draft | temperature | acceptance_rate | beta_mean | mean_tokens_per_round |",
-        "| --- | --- | --- | --- | --- |",
     ]
-    for label, rows in metrics["acceptance"].items():
-        for row in rows:
-            lines.append(f"| {label} | {row['temperature']} | {fmt(row['acceptance_rate'])} "
-                         f"| {fmt(row['beta_mean'])} | {fmt(row['mean_tokens_per_round'])} |")
+    lines += acceptance_table(metrics["acceptance"])
     lines += [
         "",
         "Speed: `python -m bench.draft_kinds` (the README's draft-kinds table).",
@@ -405,3 +404,22 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def format_metric(value, digits: int = 3) -> str:
+    """A model card's number: `digits` decimals, "n/a" for None."""
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def acceptance_table(acceptance: Dict[str, List[Dict[str, Any]]]) -> List[str]:
+    """Markdown lines of a model card's acceptance table: one row per (draft label,
+    temperature) of `export.measure_acceptance` results."""
+    lines = ["| draft | temperature | acceptance_rate | beta_mean | mean_tokens_per_round |",
+             "| --- | --- | --- | --- | --- |"]
+    for label, rows in acceptance.items():
+        for row in rows:
+            lines.append(f"| {label} | {row['temperature']} "
+                         f"| {format_metric(row['acceptance_rate'])} "
+                         f"| {format_metric(row['beta_mean'])} "
+                         f"| {format_metric(row['mean_tokens_per_round'])} |")
+    return lines

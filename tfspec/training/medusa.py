@@ -186,8 +186,7 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
     model = info["model_config"]
     done, validation = metrics["training"], metrics["validation"]
 
-    def fmt(value, digits=3):
-        return "n/a" if value is None else f"{value:.{digits}f}"
+    fmt = feature_draft_training.format_metric
 
     lines = [
         f"# {metrics['name']}",
@@ -245,13 +244,8 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         f"{export.k}, max_new_tokens {export.max_new_tokens}, exact rule, beside the T5 draft "
         "on the same prompts:",
         "",
-        "| draft | temperature | acceptance_rate | beta_mean | mean_tokens_per_round |",
-        "| --- | --- | --- | --- | --- |",
     ]
-    for label, rows in metrics["acceptance"].items():
-        for row in rows:
-            lines.append(f"| {label} | {row['temperature']} | {fmt(row['acceptance_rate'])} "
-                         f"| {fmt(row['beta_mean'])} | {fmt(row['mean_tokens_per_round'])} |")
+    lines += feature_draft_training.acceptance_table(metrics["acceptance"])
     lines += [
         "",
         "Speed: `python -m bench.draft_kinds` (the README's draft-kinds table).",

@@ -81,22 +81,14 @@ class AdaptedDraft:
         return named
 
 
-class TargetEncoderDistillation:
-    """The stage's objective: `objective(model, batch) -> (loss, metrics)`.
+class TargetEncoderDistillation(distill.DistillationObjective):
+    """The stage's objective: `objective(model, batch) -> (loss, metrics)`, the draft
+    stage's distillation (same arguments) with both models reading the frozen target's
+    encoder output of the batch.
 
     `model` is an `AdaptedDraft` (training) or a T5 draft with an adapter (validation of the
-    exported draft). Both models read the frozen target's encoder output of the batch.
+    exported draft).
     """
-
-    def __init__(self, target, label_weight: float = 0.0, temperature: float = 1.0,
-                 divergence: str = "forward_kl"):
-        if divergence not in distill.DIVERGENCES:
-            raise ValueError(f"Unknown divergence {divergence!r}; choose one of "
-                             f"{', '.join(distill.DIVERGENCES)}.")
-        self.target = target
-        self.label_weight = float(label_weight)
-        self.temperature = float(temperature)
-        self.divergence = divergence
 
     def __call__(self, model, batch):
         draft = getattr(model, "draft", model)
@@ -266,13 +258,8 @@ def fit_target_encoder_adapter(config, workdir: str, zoo_dir: Optional[str], dat
         for label, model in (("target encoder", adapted), ("own encoder", own))}
     metrics = {"adapter": path, "fit_prompts": int(section.get("fit_prompts", 1500)),
                "acceptance": acceptance}
-    directory = stages.stage_dir(workdir, ADAPTER_STAGE)
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2, default=str)
-        f.write("\n")
-    with open(os.path.join(directory, trainer_lib.DONE_FILE), "w", encoding="utf-8") as f:
-        json.dump({"adapter": path}, f)
+    feature_draft_training.write_stage_result(stages.stage_dir(workdir, ADAPTER_STAGE),
+                                              metrics, {"adapter": path})
     return metrics
 
 
@@ -281,8 +268,7 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
     model = info["model_config"]
     done, validation = metrics["training"], metrics["validation"]
 
-    def fmt(value, digits=3):
-        return "n/a" if value is None else f"{value:.{digits}f}"
+    fmt = feature_draft_training.format_metric
 
     lines = [
         f"# {metrics['name']}",
@@ -334,13 +320,8 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         f"{export.k}, max_new_tokens {export.max_new_tokens}, beside "
         f"`{section.get('compare_draft', '')}` (its own encoder) on the same prompts:",
         "",
-        "| draft | temperature | acceptance_rate | beta_mean | mean_tokens_per_round |",
-        "| --- | --- | --- | --- | --- |",
     ]
-    for label, rows in metrics["acceptance"].items():
-        for row in rows:
-            lines.append(f"| {label} | {row['temperature']} | {fmt(row['acceptance_rate'])} "
-                         f"| {fmt(row['beta_mean'])} | {fmt(row['mean_tokens_per_round'])} |")
+    lines += feature_draft_training.acceptance_table(metrics["acceptance"])
     lines += [
         "",
         "Speed: `python -m bench.speedup --draft zoo:" + metrics["name"] + "`.",
