@@ -34,6 +34,7 @@ import tensorflow as tf
 from tensorflow.compiler.tf2xla.python import xla as tf2xla
 
 from tfspec import kernels
+from tfspec.models import target_binding
 from tfspec.models.t5_config import T5Config
 from tfspec.models.t5_layers import RMSNorm, T5Block, attend, normal_initializer
 
@@ -859,9 +860,6 @@ class T5(keras.Model):
                              f"{width} ({what}); the target has {config.d_model} "
                              "(detach_target_encoder() to use its own encoder)")
         if adapter.target_fingerprint:
-            # Local: target_binding imports nothing of this module, but keep t5 importable
-            # on its own.
-            from tfspec.models import target_binding  # pylint: disable=g-import-not-at-top
             found = target_binding.cached_fingerprint(target)
             if found != adapter.target_fingerprint:
                 raise ValueError(f"this draft's target-encoder adapter was fitted to {what} "
