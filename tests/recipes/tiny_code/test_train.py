@@ -6,7 +6,7 @@ import pytest
 
 from recipes.tiny_code import data as data_lib
 from recipes.tiny_code.train import load_config, main, parse_args
-from tfspec.training import stages, trainer as trainer_lib
+from tfspec.training import distill, stages, trainer as trainer_lib
 
 from tests.tfspec.training.tiny_data import tiny_stages_data
 
@@ -106,6 +106,10 @@ def test_target_encoder_draft_stage_trains_and_exports_a_draft_with_an_adapter(t
     assert results["target_encoder_draft"]["steps"] == 2
     log = trainer_lib.read_log(os.path.join(workdir, "target_encoder_draft", "log.jsonl"))
     assert {"loss", "kl", "overlap"} <= set(log[0])
+    # The target's own continuations join the corpus (the smoke recipe asks for 4).
+    generated = distill.load_examples(
+        os.path.join(workdir, "target_encoder_draft", stages.GENERATED_FILE))
+    assert len(generated) == 4
     exported = main(flags + ["--stage", "target_encoder_draft_export"])[
         "target_encoder_draft_export"]
     out = os.path.join(zoo, "tiny-code-draft-te")
