@@ -16,7 +16,7 @@ import os
 import platform
 import shutil
 import time
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -63,9 +63,23 @@ def measure_acceptance(target, draft, prompts: Sequence[Sequence[int]], k: int,
     stats = tfspec.DecodeStats.concatenate(parts)
     return {"temperature": temperature, "k": k, "max_new_tokens": max_new_tokens,
             "prompts": len(prompts), "acceptance_rate": stats.acceptance_rate,
+            "worst_row_acceptance": worst_row_acceptance(stats),
             "beta_mean": stats.beta_mean, "mean_tokens_per_round": stats.mean_tokens_per_round,
             "tokens": int(np.sum(stats.tokens)),
             "per_position_acceptance": [float(x) for x in stats.per_position_acceptance]}
+
+
+def worst_row_acceptance(stats) -> Optional[float]:
+    """The lowest acceptance rate of one request (a row that drafted at all), or None.
+
+    A pooled rate can hide a draft that fails one kind of request outright: a fine-tuned draft
+    that lost the target's repetition habit averaged 0.80 over 64 prompts while one of them
+    accepted 8 of 203 drafted tokens. This number shows it.
+    """
+    drafted = np.asarray(stats.drafted, np.float64)
+    accepted = np.asarray(stats.accepted, np.float64)
+    rows = drafted > 0
+    return float(np.min(accepted[rows] / drafted[rows])) if rows.any() else None
 
 
 def measure_latency(target, draft, prompts: Sequence[Sequence[int]], k: int,

@@ -414,12 +414,14 @@ def format_metric(value, digits: int = 3) -> str:
 def acceptance_table(acceptance: Dict[str, List[Dict[str, Any]]]) -> List[str]:
     """Markdown lines of a model card's acceptance table: one row per (draft label,
     temperature) of `export.measure_acceptance` results."""
-    lines = ["| draft | temperature | acceptance_rate | beta_mean | mean_tokens_per_round |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = ["| draft | temperature | acceptance_rate | worst request | beta_mean "
+             "| mean_tokens_per_round |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for label, rows in acceptance.items():
         for row in rows:
             lines.append(f"| {label} | {row['temperature']} "
                          f"| {format_metric(row['acceptance_rate'])} "
+                         f"| {format_metric(row.get('worst_row_acceptance'))} "
                          f"| {format_metric(row['beta_mean'])} "
                          f"| {format_metric(row['mean_tokens_per_round'])} |")
     return lines

@@ -2,6 +2,7 @@
 
 import json
 import os
+import types
 
 import numpy as np
 import pytest
@@ -119,3 +120,14 @@ def test_export_refuses_a_pair_over_the_size_budget(trained):
     with pytest.raises(ValueError, match="max_total_mb"):
         export.export_pair(config, workdir, zoo, data, measure_speed=False)
 
+
+
+@pytest.mark.parametrize("accepted, drafted, expected", [
+    ([3, 8, 4], [4, 8, 100], 0.04),   # one request fails: the pooled rate would hide it
+    ([0, 5], [0, 5], 1.0),            # a row that never drafted does not count
+    ([0], [0], None),
+])
+def test_worst_row_acceptance_is_the_lowest_request(accepted, drafted, expected):
+    stats = types.SimpleNamespace(accepted=np.array(accepted), drafted=np.array(drafted))
+    got = export.worst_row_acceptance(stats)
+    assert got == (None if expected is None else pytest.approx(expected))
