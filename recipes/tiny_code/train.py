@@ -20,6 +20,7 @@ import ast
 import importlib.util
 import json
 import os
+import sys
 
 from evals import cli  # The convention of every entry point (no TensorFlow).
 
@@ -151,5 +152,17 @@ def main(argv=None):
     return results
 
 
+def run(argv=None) -> int:
+    """The command: `main`, with a refusal (bad recipe, missing stage, a file in the way)
+    as one line and exit status 1 instead of a traceback."""
+    try:
+        main(argv)
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"python -m recipes.tiny_code.train: error: {' '.join(str(e).split())}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(run())

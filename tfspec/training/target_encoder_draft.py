@@ -145,7 +145,13 @@ def _initial_draft(config, workdir: str):
     finished draft stage."""
     init_from = _section(config).get("init_from", "") or ""
     if init_from:
-        return stages.load_spec(init_from)
+        draft = stages.load_spec(init_from)
+        if draft.reads_target_encoder:
+            raise ValueError(f"init_from {init_from} already reads its target's encoder (an "
+                             f"export of this stage); start from a draft with its own "
+                             f"encoder: set {STAGE}.init_from to one, or to '' for the "
+                             "recipe's draft stage.")
+        return draft
     if not trainer_lib.is_done(stages.stage_dir(workdir, stages.DRAFT)):
         raise RuntimeError(f"The draft stage in {stages.stage_dir(workdir, stages.DRAFT)} has "
                            f"not finished; set init_from in the recipe's {STAGE} section or "
@@ -236,14 +242,41 @@ def export_target_encoder_draft(config, workdir: str, zoo_dir: Optional[str], da
                                 ) -> Dict[str, Any]:
     """Exports the trained draft to ZOO_DIR/<export.target_encoder_draft_name>, measured
     (reloaded, bound) beside the section's `compare_draft`; writes its model card."""
+    from tfspec import checkpoints  # pylint: disable=g-import-not-at-top
     target = feature_draft_training.frozen_target(config, workdir, _section(config))
+    name = config.export.target_encoder_draft_name
+    card_path = os.path.join(os.fspath(zoo_dir or checkpoints.ZOO_DIR), name, "MODEL_CARD.md")
+    before = _card_before(card_path)
     return feature_draft_training.export_bound_draft(
         config, workdir, zoo_dir, data, stage=STAGE, export_stage=EXPORT_STAGE,
-        name=config.export.target_encoder_draft_name,
-        max_mb=config.export.target_encoder_draft_max_mb, target=target,
+        name=name, max_mb=config.export.target_encoder_draft_max_mb, target=target,
         load_fn=lambda: load_trained_draft(config, workdir, target, data,
                                            config.export.weights),
-        objective=_objective(config, target), card_fn=_model_card)
+        objective=_objective(config, target),
+        card_fn=lambda *args: _model_card(*args) + before)
+
+
+BEFORE_HEADING = "## The draft before this fine-tune"
+
+
+def _card_before(path: str) -> str:
+    """The model card section that keeps what an export over an existing draft would lose:
+    the card already at `path` (the draft stage's export, when this stage replaces the
+    embedded draft), under `BEFORE_HEADING`; from a card this stage wrote, its own such
+    section. "" when there is no card."""
+    if not os.path.isfile(path):
+        return ""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if BEFORE_HEADING in text:
+        body = text.split(BEFORE_HEADING, 1)[1]
+    else:
+        lines = text.splitlines()
+        body = "\n".join(lines[1:] if lines and lines[0].startswith("# ") else lines)
+        # Its headings one level down, under ours.
+        body = "\n".join("#" + line if line.startswith("## ") else line
+                         for line in body.splitlines())
+    return f"\n{BEFORE_HEADING}\n\n{body.strip()}\n"
 
 
 def fit_target_encoder_adapter(config, workdir: str, zoo_dir: Optional[str], data
@@ -269,6 +302,12 @@ def fit_target_encoder_adapter(config, workdir: str, zoo_dir: Optional[str], dat
     if not os.path.isfile(os.path.join(out_dir, checkpoints.CONFIG_FILE)):
         raise FileNotFoundError(f"{out_dir} holds no draft checkpoint to put the adapter "
                                 "beside; export the draft there first")
+    if os.path.isfile(os.path.join(out_dir, checkpoints.TARGET_ENCODER_FILE)):
+        # The shipped draft's decoder was fine-tuned for its adapter: a least-squares fit
+        # for its own encoder would silently replace it.
+        raise FileExistsError(f"{out_dir} already reads its target's encoder; export the "
+                              "draft stage afresh (--stage export --zoo_dir DIR) and pass the "
+                              "same --zoo_dir here")
     path = checkpoints.save_target_encoder(draft, out_dir)
     adapted = checkpoints.load_model(out_dir, dtype="float32")
     own = checkpoints.load_model(out_dir, dtype="float32").detach_target_encoder()
@@ -290,7 +329,7 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
     section, export = _section(config), config.export
     model = info["model_config"]
     done, validation = metrics["training"], metrics["validation"]
-
+    compare = section.get("compare_draft", "") or ""
     fmt = feature_draft_training.format_metric
 
     lines = [
@@ -328,7 +367,9 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         f"decoder and the projection distilled from the frozen target "
         f"({section.get('divergence', 'forward_kl')} at temperature "
         f"{section.get('temperature', 1.0)} plus {section.get('label_weight', 0.1)} x label "
-        "cross-entropy) with the draft reading the projected target encoder output.",
+        "cross-entropy) with the draft reading the projected target encoder output, on the "
+        f"training examples plus the target's greedy continuations of "
+        f"{int(section.get('generated_prompts', 0) or 0)} training prompts.",
         f"- AdamW, peak lr {section.learning_rate}, {section.warmup_steps} warm-up steps, "
         f"{section.decay} decay, about {config.data.batch_tokens} padded tokens per batch; "
         f"{done['steps']} steps ({done['epochs']:.2f} epochs), "
@@ -340,8 +381,9 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         "## Speculative decoding",
         "",
         f"`tfspec.generate` on {export.num_prompts} held-out completion prompts, k = "
-        f"{export.k}, max_new_tokens {export.max_new_tokens}, beside "
-        f"`{section.get('compare_draft', '')}` (its own encoder) on the same prompts:",
+        f"{export.k}, max_new_tokens {export.max_new_tokens}"
+        + (f", beside `{compare}` (its own encoder) on the same prompts:" if compare
+           else ":"),
         "",
     ]
     lines += feature_draft_training.acceptance_table(metrics["acceptance"])
@@ -352,6 +394,9 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         "## Reproduce",
         "",
         "```",
+    ] + ([] if section.get("init_from", "") else [
+        "python -m recipes.tiny_code.train --config configs/zoo_tiny_code.py --stage all",
+    ]) + [
         "python -m recipes.tiny_code.train --config configs/zoo_tiny_code_draft_te.py "
         f"--stage {STAGE}",
         "python -m recipes.tiny_code.train --config configs/zoo_tiny_code_draft_te.py "

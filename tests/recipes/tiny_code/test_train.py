@@ -7,6 +7,7 @@ import pytest
 from recipes.tiny_code import data as data_lib
 from recipes.tiny_code.train import load_config, main, parse_args
 from tfspec.training import distill, stages, trainer as trainer_lib
+from tfspec.training import target_encoder_draft as target_encoder_lib
 
 from tests.tfspec.training.tiny_data import tiny_stages_data
 
@@ -112,12 +113,12 @@ def test_target_encoder_draft_stage_trains_and_exports_a_draft_with_an_adapter(t
     assert len(generated) == 4
     exported = main(flags + ["--stage", "target_encoder_draft_export"])[
         "target_encoder_draft_export"]
-    out = os.path.join(zoo, "tiny-code-draft-te")
+    out = os.path.join(zoo, "tiny-code-draft")
     card = open(os.path.join(out, "MODEL_CARD.md")).read()
     assert "reads the target's encoder output" in card and exported["size_mb"] < 15
     assert os.path.exists(os.path.join(out, checkpoints.TARGET_ENCODER_FILE))
     assert checkpoints.load_model(out).reads_target_encoder
-    rates = exported["acceptance"]["tiny-code-draft-te"]
+    rates = exported["acceptance"]["tiny-code-draft"]
     assert [row["temperature"] for row in rates] == [0.0, 1.0]
 
 
@@ -136,3 +137,31 @@ def test_target_encoder_adapter_stage_writes_the_adapter_beside_the_exported_dra
     assert open(os.path.join(draft_dir, checkpoints.WEIGHTS_FILE), "rb").read() == weights
     assert checkpoints.load_model(draft_dir).reads_target_encoder
     assert set(metrics["acceptance"]) == {"target encoder", "own encoder"}
+
+
+def test_target_encoder_stages_refuse_a_draft_that_already_reads_one(tiny_data, tmp_path):
+    """The exported draft is not a starting point (init_from), and the adapter-only stage
+    does not overwrite its fine-tuned adapter with a least-squares one."""
+    workdir, zoo = str(tmp_path / "work"), str(tmp_path / "zoo")
+    main(["--config", CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
+          "--max_steps", "1"] + FLAGS)  # target, draft, export
+    exported = os.path.join(zoo, "tiny-code-draft")
+    before = open(os.path.join(exported, "MODEL_CARD.md")).read().splitlines()[2]
+    flags = ["--config", TE_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo] + FLAGS
+    main(flags + ["--stage", "target_encoder_draft", "--max_steps", "1"])
+    main(flags + ["--stage", "target_encoder_draft_export"])
+    # The export replaced the draft; its card keeps the one it replaced, once.
+    card = open(os.path.join(exported, "MODEL_CARD.md")).read()
+    assert card.count(target_encoder_lib.BEFORE_HEADING) == 1 and before in card
+    with pytest.raises(FileExistsError, match="already reads its target's encoder"):
+        main(flags + ["--stage", "target_encoder_adapter"])
+    with pytest.raises(ValueError, match="already reads its target's encoder"):
+        main(flags + ["--stage", "target_encoder_draft",
+                      "--set", f"target_encoder_draft.init_from={exported}"])
+
+
+def test_the_commands_refusal_is_one_line(tmp_path, capsys):
+    from recipes.tiny_code.train import run
+    assert run(["--config", str(tmp_path / "missing.py")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m recipes.tiny_code.train: error:") and "\n" not in err
