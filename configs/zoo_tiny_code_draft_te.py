@@ -21,7 +21,7 @@ already reads a target's encoder is refused as the starting point (`init_from`).
 Variants (`:ARG`): "full" (default), "smoke" (a few steps from the target and draft stages
 of the same workdir, which tests train first with configs/zoo_tiny_code.py:smoke).
 
-History (2-core CPU, 2026-12-05; 64 held-out completion prompts, k = 4, 64 new tokens):
+Measured here (2-core CPU, 2026-12-05; 64 held-out completion prompts, k = 4, 64 new tokens):
 - P alone (least squares, 1500 training prompts of both tasks, R^2 0.30; the draft
   unchanged): greedy acceptance 0.658 against 0.734 with its own encoder (batches of 8).
 - Fine-tuned on the corpus alone (800 steps, peak lr 2e-4): 0.802 against 0.811, T = 1 0.424
