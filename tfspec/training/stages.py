@@ -228,21 +228,24 @@ GENERATED_FILE = "generated.jsonl"
 ON_POLICY_FILE = "on_policy.jsonl"
 
 
-def target_generated(config, workdir: str, target, data: Data,
-                     progress: bool = False) -> List[examples_lib.Example]:
-    """The target's continuations of `draft.generated_prompts` training prompts.
+def target_generated(config, workdir: str, target, data: Data, progress: bool = False,
+                     stage: str = DRAFT) -> List[examples_lib.Example]:
+    """The target's continuations of `generated_prompts` training prompts, as the recipe's
+    `stage` section asks (keys `generated_prompts` [0], `generated_temperature` [0],
+    `generated_max_new_tokens` [128], `generated_batch_size` [32]).
 
-    Generated once and cached in WORKDIR/draft/generated.jsonl, so a resumed draft stage
-    trains on the very same examples. The prompts are a seeded sample of the training
-    examples (both tasks).
+    Generated once and cached in WORKDIR/<stage>/generated.jsonl, so a resumed stage trains
+    on the very same examples. The prompts are a seeded sample of the training examples
+    (both tasks).
     """
-    draft = config.draft
+    section = config[stage]
     return continuations(
-        config, target, data, os.path.join(stage_dir(workdir, DRAFT), GENERATED_FILE),
-        "target's continuations", count=int(draft.get("generated_prompts", 0) or 0), salt=7,
-        temperature=draft.generated_temperature,
-        max_new_tokens=draft.generated_max_new_tokens,
-        batch_size=draft.generated_batch_size, id_prefix="generated", progress=progress)
+        config, target, data, os.path.join(stage_dir(workdir, stage), GENERATED_FILE),
+        "target's continuations", count=int(section.get("generated_prompts", 0) or 0),
+        salt=7, temperature=float(section.get("generated_temperature", 0.0)),
+        max_new_tokens=int(section.get("generated_max_new_tokens", 128)),
+        batch_size=int(section.get("generated_batch_size", 32)), id_prefix="generated",
+        progress=progress)
 
 
 def draft_sampled(config, workdir: str, draft_model, data: Data,

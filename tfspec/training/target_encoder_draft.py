@@ -203,32 +203,14 @@ def train_target_encoder_draft(config, workdir: str, data, max_steps: Optional[i
     with open(os.path.join(directory, "stage.json"), "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2, default=str)
         f.write("\n")
-    generated = target_generated(config, workdir, target, data, progress)
+    # The target's greedy continuations too: the corpus alone never shows the draft the
+    # target's own habits (a token repeated to the end of the window), and a draft
+    # fine-tuned without them is rejected on almost every token of such a request.
+    generated = stages.target_generated(config, workdir, target, data, progress, stage=STAGE)
     trainer = stages.make_trainer(config, workdir, STAGE, model, _objective(config, target),
                                   data, max_steps, progress,
                                   train_examples=list(data.train) + generated)
     return trainer.run()
-
-
-def target_generated(config, workdir: str, target, data,
-                     progress: bool = False) -> List[examples_lib.Example]:
-    """The target's continuations of `generated_prompts` training prompts (section keys
-    `generated_prompts` [0], `generated_temperature` [0], `generated_max_new_tokens` [128],
-    `generated_batch_size` [32]), cached in WORKDIR/target_encoder_draft/generated.jsonl.
-
-    Why: the corpus alone never shows the draft the target's own greedy habits, such as a
-    token repeated to the end of the window; a draft fine-tuned without them drafts
-    something else there and is rejected on almost every token of such a request.
-    """
-    section = _section(config)
-    return stages.continuations(
-        config, target, data, os.path.join(stages.stage_dir(workdir, STAGE),
-                                           stages.GENERATED_FILE),
-        "target's continuations", count=int(section.get("generated_prompts", 0) or 0),
-        salt=7, temperature=float(section.get("generated_temperature", 0.0)),
-        max_new_tokens=int(section.get("generated_max_new_tokens", 128)),
-        batch_size=int(section.get("generated_batch_size", 32)), id_prefix="generated",
-        progress=progress)
 
 
 def load_trained_draft(config, workdir: str, target, data, weights: str = "best"):
