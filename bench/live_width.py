@@ -80,7 +80,7 @@ def parse_modes(text: str) -> List[Tuple[object, int]]:
     return modes
 
 
-def _temperatures(text: str) -> List[float]:
+def parse_temperatures(text: str) -> List[float]:
     try:
         values = [float(t) for t in text.split(",") if t.strip()]
     except ValueError:
@@ -97,7 +97,7 @@ def _parse_args(argv=None):
     parser.add_argument("--modes", type=parse_modes, default=parse_modes("0@8,4@8,auto@1,4@1"),
                         help="comma-separated <k>@<batch size> (k = 0: autoregressive; "
                              "auto: adaptive draft length, without the fallback)")
-    parser.add_argument("--temperatures", type=_temperatures, default=[0.0, 1.0],
+    parser.add_argument("--temperatures", type=parse_temperatures, default=[0.0, 1.0],
                         help="comma-separated sampling temperatures (0: greedy)")
     return parser.parse_args(argv)
 

@@ -212,13 +212,14 @@ def _loop_body(target_fn, draft_fn, config: decoding.LoopConfig, accept_fn, draf
                 "beta_sum": state.beta_sum, "horizon": state.horizon}
 
     def checked(**kwargs):
-        with kernels.recording_panel_reads() as caches:
+        with kernels.recording_panel_reads() as reads:
             out = outputs(*decoding.decode_loop(
                 target_fn(), draft_fn(), config=config, accept_fn=accept_fn,
                 draft_sample_fn=draft_sample_fn, **kwargs))
         if check_panels:
             out["panels_current"] = tf.reduce_all(
-                tf.stack([tf.constant(True)] + [cache.current() for cache in caches]))
+                tf.stack([tf.constant(True)] + [cache.current(entries)
+                                                 for cache, entries in reads.checks()]))
         return out
 
     def run(prompt_ids, prompt_lengths, row_keys, seed):

@@ -30,6 +30,18 @@ k = 0 .. K - 1 whatever the number of rows, the row block, the thread or the ins
 depends on its companions in the call, 1-row and (k + 1)-row calls of one model round
 identically, and CPUs with and without AVX-512 decode the same tokens.
 
+Many-row products on AMX (`amx_matmul`, `amx_panels`): an encoder multiplies batch x
+prompt-bucket rows by each of its weights once per request, compute-bound work (most of a
+request's fixed cost) that XLA:CPU runs at ~130-200 GFLOP/s here. Where the CPU has AMX
+(Sapphire Rapids and later; `amx_available()`), `tfspec.models.T5` runs its encoder's and its
+cross-attention keys/values' products on AMX's bfloat16 tiles from `AMX_MIN_ROWS` rows up.
+The weights must be bfloat16 values (the `PanelCache` entry is made only then); the float32
+activations are split exactly into three bfloat16 parts, so the products are float32 dot
+products in another summation order, not bfloat16 approximations, and every row is the same
+additions whatever its companions. The encoder's products cost 2.2-2.5 ms per [384, 384] x
+[384, 2048] on AMX here against ~4.7 ms for XLA (`bench.loop_profile`); `python -m bench.amx`
+times whole requests with and without. `TFSPEC_AMX=0` (or `amx(False)`) keeps XLA's dots.
+
 The kernel is compiled on first use with the machine's C++ compiler against the running
 TensorFlow (`$TFSPEC_CACHE`, default `~/.cache/tfspec`, holds the library) and registered
 as the custom-call target `tfspec_rows_matmul_f32` of XLA's host platform. Where it cannot
@@ -142,7 +154,9 @@ def _load() -> bool:
 def status() -> str:
     """One line: whether few-row products use the kernel here, and if not, why."""
     if _load():
-        return f"rows_matmul kernel: on ({_library._name}, {current_instruction_set()})"
+        amx_state = "AMX encoders" if amx_available() else "no AMX"
+        return (f"rows_matmul kernel: on ({_library._name}, {current_instruction_set()}, "
+                f"{amx_state})")
     return f"rows_matmul kernel: off ({_failure})"
 
 
@@ -335,6 +349,82 @@ def matmul(x: tf.Tensor, kernel_panels: tf.Tensor, n_dim: int,
     return tf.reshape(y, list(leading) + [n_dim])
 
 
+AMX_TARGET_NAME = "tfspec_amx_matmul"
+AMX_DEPTH = 32
+"""k per AMX tile row: `amx_panels` pad K to a multiple of it."""
+
+AMX_MIN_ROWS = 32
+"""Fewest rows (batch x prompt bucket) for which models run their encoder products on AMX
+(`tfspec.models.T5`). At a 24-wide bucket the embedded target's encoder gained ~1 ms and the
+in-loop check of 33 MB more weights cost about as much (interleaved, 7 repeats)."""
+
+
+def amx_available() -> bool:
+    """Whether many-row products may run on AMX here (`amx_matmul`): the kernel is loaded,
+    the CPU has AMX-TILE and AMX-BF16, the OS let this process use them, and neither
+    `amx(False)` nor `TFSPEC_AMX=0` is in force."""
+    return (_amx_allowed and _amx_switch_on() and _load()
+            and bool(_library.tfspec_amx_available()))
+
+
+_AMX_ENV_SWITCH = "TFSPEC_AMX"
+_amx_allowed = True
+
+
+def _amx_switch_on() -> bool:
+    return os.environ.get(_AMX_ENV_SWITCH, "").strip().lower() not in ("0", "false", "no",
+                                                                        "off")
+
+
+@contextlib.contextmanager
+def amx(value: bool):
+    """Within the block, `amx_available()` is False unless `value`: panel caches made
+    within it get no AMX entries (`tfspec.models.T5`), and a `refresh` within it packs none
+    (process-wide). A model keeps what its cache was made with until the cache is
+    refreshed or dropped, so a benchmark can decode one model of each kind in one run;
+    `tfspec.generate` does not refresh a model's panels because this changed."""
+    global _amx_allowed
+    previous, _amx_allowed = _amx_allowed, bool(value)
+    try:
+        yield
+    finally:
+        _amx_allowed = previous
+
+
+def amx_panels(kernel: tf.Tensor) -> tf.Tensor:
+    """A bfloat16-exact float32 [K, N] kernel -> bfloat16 [ceil(N / 16), Kp / 2, 16, 2]
+    (Kp = K rounded up to `AMX_DEPTH`; zero past K and N): panel p holds columns
+    16p .. 16p + 15, the rows of each k pair (2i, 2i + 1) side by side (AMX's layout for
+    its second tile operand). The cast is exact only for a `bfloat16_exact` kernel."""
+    k_dim, n_dim = kernel.shape
+    padded_n = -(-n_dim // PANEL) * PANEL
+    padded_k = -(-k_dim // AMX_DEPTH) * AMX_DEPTH
+    kernel = tf.pad(tf.cast(kernel, tf.float32), [[0, padded_k - k_dim], [0, padded_n - n_dim]])
+    pairs = tf.reshape(kernel, [padded_k // 2, 2, padded_n // PANEL, PANEL])
+    return tf.cast(tf.transpose(pairs, [2, 0, 3, 1]), tf.bfloat16)
+
+
+def amx_matmul(x: tf.Tensor, kernel_panels: tf.Tensor, k_dim: int, n_dim: int) -> tf.Tensor:
+    """x float32 [..., K] (static shape) @ the bfloat16-exact [K, n_dim] kernel of
+    `kernel_panels` (`amx_panels`) -> float32 [..., n_dim], on AMX.
+
+    Not a bfloat16 approximation: x is split exactly into three bfloat16 parts, each
+    product of two bfloat16 values is exact in float32, and only the summation order
+    differs from a float32 dot (see rows_matmul.cc). Every output row is the same float32
+    additions whatever the other rows, so batch composition never changes a row.
+
+    Only inside an XLA-compiled function on CPU, with `amx_available()` True.
+    """
+    leading = x.shape[:-1]
+    rows = 1
+    for d in leading:
+        rows *= d
+    flat = tf.reshape(tf.cast(x, tf.float32), [rows, k_dim])
+    (y,) = _custom_call([flat, kernel_panels], AMX_TARGET_NAME, f"{rows},{k_dim},{n_dim}",
+                        False, [tf.float32], [[rows, n_dim]])
+    return tf.reshape(y, list(leading) + [n_dim])
+
+
 def _custom_call(*args):
     # TensorFlow's XlaCustomCallV2 op (API_VERSION_STATUS_RETURNING_UNIFIED); imported here
     # so that importing tfspec does not load the XLA op wrappers.
@@ -361,6 +451,12 @@ def fingerprints(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
     return y
 
 
+ROWS = "rows"
+"""A `PanelCache` matrix for `matmul` (few-row products: decode steps and verifies)."""
+AMX = "amx"
+"""A `PanelCache` matrix for `amx_matmul` (many-row products: the encoders)."""
+
+
 class PanelCache:
     """Panel copies of a model's decode kernels that persist across requests and are
     re-made only when their sources change.
@@ -376,27 +472,41 @@ class PanelCache:
       sources: one entry per panel matrix, a callable returning its [K, N] float32 kernel
         from the model's variables (e.g. q | k | v side by side), traced into XLA.
       source_variables: per entry, the variables it reads (fingerprinted).
+      kinds: per entry, `ROWS` (few-row panels for `matmul`, the default) or `AMX`
+        (`amx_panels` for `amx_matmul`: made only where `amx_available()` and for a
+        `bfloat16_exact` source, else that entry has no panels and its product stays
+        XLA's).
     """
 
     def __init__(self, sources: Sequence[Callable[[], tf.Tensor]],
-                 source_variables: Sequence[Sequence[tf.Variable]]):
+                 source_variables: Sequence[Sequence[tf.Variable]],
+                 kinds: Optional[Sequence[str]] = None):
         self._sources = list(sources)
         self._source_variables = [list(v) for v in source_variables]
+        self._kinds = list(kinds) if kinds is not None else [ROWS] * len(self._sources)
+        if len(self._kinds) != len(self._sources) or set(self._kinds) - {ROWS, AMX}:
+            raise ValueError(f"kinds must be {ROWS!r} or {AMX!r}, one per source")
         self._variables: List[Optional[tf.Variable]] = [None] * len(self._sources)
-        self._half_width: List[Optional[bool]] = [None] * len(self._sources)
+        # Per matrix: half-width (bool) for ROWS panels, AMX or None for AMX ones.
+        self._layout: List = [None] * len(self._sources)
         self._exact: List[Optional[tuple]] = [None] * len(self._sources)  # (fingerprint, bool)
         self._by_width: List[dict] = [{} for _ in self._sources]
         self._every = [v for group in self._source_variables for v in group]
+        # Entry i's first row in the fingerprints of `_every`.
+        self._offsets = [sum(len(g) for g in self._source_variables[:i])
+                         for i in range(len(self._source_variables))]
         self._fingerprint_all = tf.function(lambda: fingerprints(self._every),
                                             jit_compile=True, autograph=False)
         # int32 [sources, 2]: the fingerprints the panels were last packed (or checked)
         # against; read by `current` inside compiled programs.
         self._packed_fingerprints: Optional[tf.Variable] = None
+        self._ready = False
 
     def refresh(self) -> int:
         """Re-packs the matrices whose sources changed (eager). Returns how many were.
 
-        A matrix is packed half-width when `half_width_allowed()` and `bfloat16_exact`. A
+        A ROWS matrix is packed half-width when `half_width_allowed()` and
+        `bfloat16_exact`; an AMX one only when `amx_available()` and `bfloat16_exact`. A
         variable cannot change dtype, so each width has its own panel variable, kept with
         the fingerprint it was packed from, and `layout` says which one `variables`
         returns: a benchmark that switches widths re-packs nothing while the weights stay
@@ -406,64 +516,91 @@ class PanelCache:
         fingerprint = self._fingerprint_all()
         values = [tuple(row) for row in fingerprint.numpy().tolist()]
         repacked, start = 0, 0
+        amx_here = amx_available()
         for i, group in enumerate(self._source_variables):
             current = tuple(values[start:start + len(group)])
             start += len(group)
-            by_width = self._by_width[i]           # {half_width: (variable, fingerprint)}
+            by_width = self._by_width[i]           # {layout: (variable, fingerprint)}
+            amx_kind = self._kinds[i] == AMX
             source = None
-            if not _half_width_allowed:
-                half = False
+            if (amx_kind and not amx_here) or (not amx_kind and not _half_width_allowed):
+                exact = False
             elif self._exact[i] is not None and self._exact[i][0] == current:
-                half = self._exact[i][1]           # known for these weights
+                exact = self._exact[i][1]          # known for these weights
             else:
                 # Eager, and only when a source changed (a tf.function per source would
                 # retrace once each, and warn).
                 source = self._sources[i]()
-                half = bfloat16_exact(source)
-                self._exact[i] = (current, half)
-            held = by_width.get(half)
+                exact = bfloat16_exact(source)
+                self._exact[i] = (current, exact)
+            layout = (AMX if exact else None) if amx_kind else exact
+            if layout is None:                     # an AMX matrix that cannot have panels
+                self._variables[i], self._layout[i] = None, None
+                continue
+            held = by_width.get(layout)
             if held is None or held[1] != current:
                 source = self._sources[i]() if source is None else source
-                packed = panels(source, half_width=half)
+                packed = amx_panels(source) if amx_kind else panels(source, half_width=layout)
                 if held is None:
                     variable = tf.Variable(packed, trainable=False)
                 else:
                     variable = held[0]
                     variable.assign(packed)
-                by_width[half] = (variable, current)
+                by_width[layout] = (variable, current)
                 repacked += 1
-            self._variables[i] = by_width[half][0]
-            self._half_width[i] = half
+            self._variables[i] = by_width[layout][0]
+            self._layout[i] = layout
         if self._packed_fingerprints is None:
             self._packed_fingerprints = tf.Variable(fingerprint, trainable=False)
         else:
             self._packed_fingerprints.assign(fingerprint)
+        self._ready = True
         return repacked
 
-    def current(self) -> tf.Tensor:
-        """bool []: whether the sources still have the fingerprints the panels were packed
-        from, computed inside the XLA program being traced (after a `refresh`).
+    def current(self, entries: Optional[Sequence[int]] = None) -> tf.Tensor:
+        """bool []: whether the sources of `entries` (default: all) still have the
+        fingerprints their panels were packed from, computed inside the XLA program being
+        traced (after a `refresh`).
 
         A compiled decode loop returns this instead of a `refresh` running before every
         call: the check is the same read-only pass over the sources, but it runs inside the
         program (beside the encoders) rather than as a call of its own, and the caller
         re-packs and runs again in the rare call where it is False (`tfspec.generate`).
+        It checks only the entries the program read (`recording_panel_reads`).
         """
-        return tf.reduce_all(tf.equal(fingerprints(self._every), self._packed_fingerprints))
+        entries = range(len(self._sources)) if entries is None else entries
+        variables, rows = [], []
+        for i in entries:
+            group = self._source_variables[i]
+            variables.extend(group)
+            rows.extend(range(self._offsets[i], self._offsets[i] + len(group)))
+        if not variables:
+            return tf.constant(True)
+        packed = tf.gather(self._packed_fingerprints, rows)
+        return tf.reduce_all(tf.equal(fingerprints(variables), packed))
 
     @property
     def layout(self) -> tuple:
-        """Per matrix, whether its panels are half-width (None before the first refresh)."""
-        return tuple(self._half_width)
+        """Per matrix: for ROWS panels whether they are half-width, for AMX ones `AMX` or
+        None (no panels); None everywhere before the first refresh."""
+        return tuple(self._layout)
 
     @property
     def ready(self) -> bool:
-        return all(v is not None for v in self._variables)
+        return self._ready
 
-    def variables(self) -> List[tf.Variable]:
-        """The panel variables, [N / 16, K, 16] each (float32, or bfloat16 where half-width),
-        in the order of `sources`."""
-        return list(self._variables)
+    def variables(self, entries: Optional[Sequence[int]] = None
+                  ) -> List[Optional[tf.Variable]]:
+        """The panel variables of `entries` (default: all, in the order of `sources`): ROWS
+        ones [N / 16, K, 16] (float32, or bfloat16 where half-width), AMX ones
+        [N / 16, Kp / 2, 16, 2] bfloat16 or None (see `kinds`). Code being traced within
+        `recording_panel_reads` records the entries it took (those with panels)."""
+        entries = list(range(len(self._sources)) if entries is None else entries)
+        _record_reads(self, [i for i in entries if self._variables[i] is not None])
+        return [self._variables[i] for i in entries]
+
+    def __len__(self):
+        return len(self._sources)
 
 
 # {model: PanelCache}: kept outside the model so that Keras does not track the panels as
@@ -492,40 +629,63 @@ def drop_panel_cache(model) -> None:
 
 def panel_epoch() -> tuple:
     """What decides which panels a `refresh` would make besides the weights: the kernel and
-    half-width switches and the dropped caches. A caller that skips `refresh` because its
+    half-width switches and the dropped caches (not `amx`: it applies to the caches made
+    or refreshed within its block, so that a benchmark can keep a model of each kind). A caller that skips `refresh` because its
     compiled program checks the panels itself (`PanelCache.current`) does so only while
     this is what it was at the last `refresh`."""
     return (_drops, _allowed, _half_width_allowed)
 
 
-_reads = threading.local()  # .stack: lists collecting the caches traced code reads
+_reads = threading.local()  # .stack: the `PanelReads` of the enclosing recording blocks
+
+
+class PanelReads:
+    """What code traced within a `recording_panel_reads` block read: per `PanelCache`, the
+    entries whose panels it took (`PanelCache.variables`)."""
+
+    def __init__(self):
+        self._entries = {}  # id(cache) -> (cache, set of entry indices)
+
+    def add(self, cache: "PanelCache", entries=()) -> None:
+        self._entries.setdefault(id(cache), (cache, set()))[1].update(entries)
+
+    def checks(self) -> List[tuple]:
+        """[(cache, sorted entries)] in the order the caches were first read."""
+        return [(cache, sorted(entries)) for cache, entries in self._entries.values()]
+
+    def __len__(self):
+        return len(self._entries)
+
+
+def _record_reads(cache: "PanelCache", entries=()) -> None:
+    for reads in getattr(_reads, "stack", ()):
+        reads.add(cache, entries)
 
 
 def readable_panel_cache(model) -> Optional["PanelCache"]:
     """The model's `PanelCache` if a program being traced may read its panels (made and
-    `ready`, and `enabled()`), else None; recorded by every enclosing
-    `recording_panel_reads` block."""
+    `ready`, and `enabled()`), else None. The entries the program then takes
+    (`PanelCache.variables`) are recorded by every enclosing `recording_panel_reads`
+    block."""
     cache = _CACHES.get(model)
     if cache is None or not cache.ready or not enabled():
         return None
-    for caches in getattr(_reads, "stack", ()):
-        if all(c is not cache for c in caches):
-            caches.append(cache)
+    _record_reads(cache)
     return cache
 
 
 @contextlib.contextmanager
 def recording_panel_reads():
-    """Yields a list that collects every `PanelCache` whose panels code traced within the
-    block reads (through `readable_panel_cache`), once each: what that program's
-    `PanelCache.current` checks must cover."""
+    """Yields a `PanelReads` that collects the panels code traced within the block reads:
+    what that program's `PanelCache.current` checks must cover (and no more: a check
+    reads every byte of its sources)."""
     stack = getattr(_reads, "stack", None)
     if stack is None:
         stack = _reads.stack = []
-    caches: List["PanelCache"] = []
-    stack.append(caches)
+    reads = PanelReads()
+    stack.append(reads)
     try:
-        yield caches
+        yield reads
     finally:
         stack.pop()
 

@@ -32,7 +32,10 @@
 // the backend config "M,K,N", or "M,K,N,G" with a third operand: the live rows of each
 // group of G rows (see LiveRowsMatmul).
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -571,6 +574,216 @@ extern "C" void tfspec_fingerprint_f32(void* out, const void** in, const char* o
   }
 }
 
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Many-row products on AMX (the encoders: batch x prompt-bucket rows, compute-bound).
+//
+//   y[M, N] = x[M, K] . w[K, N]      x float32, w bfloat16-exact (stored as bfloat16)
+//
+// XLA:CPU runs an encoder's [384, 384] x [384, 1024] product at ~130-200 GFLOP/s here;
+// AMX's tile product (TDPBF16PS) multiplies bfloat16 tiles at several times that. x is not
+// bfloat16, so it is split exactly into three bfloat16 parts, x = hi + mid + lo (each the
+// round-to-nearest of what the previous parts leave: 8 + 8 + 8 significant bits hold all
+// 24 of a float32 for normal numbers), and y = hi.w + mid.w + lo.w. Each product of two
+// bfloat16 values is exact in float32, so y is the float32 dot product in another
+// summation order (AMX adds the two products of a bfloat16 pair, then the pair to the
+// accumulator, rounding each sum to float32), not a bfloat16 approximation of it.
+//
+// Exactness across calls: every y[m, n] is the same sequence of float32 additions whatever
+// M, the row block, the column block or the thread (k-blocks of 32 in order; within one,
+// the hi, mid, lo parts in order), so a row never depends on its companions. It is not the
+// sequence of the few-row kernel or of XLA's dot, so a model uses one or the other for a
+// given product in every program (the encoders: this one wherever AMX runs).
+//
+// Weight layout ("AMX panels", bfloat16 [P, Kp / 2, 16, 2], P = ceil(N / 16), Kp = K
+// rounded up to 32): panel p holds columns 16p .. 16p + 15, rows k of a pair (2i, 2i + 1)
+// side by side (AMX's "VNNI" layout for B tiles), zero past K and N; one B tile (16 pairs
+// x 16 columns) is 1 KB contiguous.
+
+constexpr long kAmxRows = 16;   // rows of a tile
+constexpr long kAmxDepth = 32;  // bfloat16 values per tile row (64 bytes): k per tile
+constexpr long kAmxBlockRows = 32;  // rows per job: two row tiles share each B tile
+constexpr int kArchReqXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// Whether this CPU has AMX-TILE and AMX-BF16 and the kernel let this process use them
+// (Linux grants the 8 KB tile state per process on request).
+bool DetectAmx() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool bf16 = (d >> 22) & 1u, tile = (d >> 24) & 1u;
+  if (!(bf16 && tile && kHasAvx512)) return false;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+const bool kHasAmx = DetectAmx();
+
+// Round-to-nearest-even float32 -> bfloat16 bits (finite inputs).
+inline uint32_t RoundToBf16(uint32_t bits) {
+  return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+}
+
+inline float Bf16ToFloat(uint32_t half) {
+  const uint32_t bits = half << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// rows x K float32 -> three bfloat16 parts at parts[p * kAmxBlockRows * kp + r * kp + k]
+// (zero past K and past `rows`): hi, mid, lo with x = hi + mid + lo.
+__attribute__((target("avx512f"))) void SplitRows(const float* x, long rows, long k_dim,
+                                                 long kp, uint16_t* parts) {
+  std::memset(parts, 0, sizeof(uint16_t) * 3 * kAmxBlockRows * kp);
+  for (long r = 0; r < rows; ++r) {
+    const float* xr = x + r * k_dim;
+    uint16_t* hi = parts + r * kp;
+    uint16_t* mid = hi + kAmxBlockRows * kp;
+    uint16_t* lo = mid + kAmxBlockRows * kp;
+    for (long k = 0; k < k_dim; ++k) {  // GCC vectorizes this loop.
+      uint32_t bits;
+      __builtin_memcpy(&bits, xr + k, sizeof(bits));
+      const uint32_t h = RoundToBf16(bits);
+      const float rest = xr[k] - Bf16ToFloat(h);
+      uint32_t rest_bits;
+      __builtin_memcpy(&rest_bits, &rest, sizeof(rest_bits));
+      const uint32_t m = RoundToBf16(rest_bits);
+      const float last = rest - Bf16ToFloat(m);
+      uint32_t last_bits;
+      __builtin_memcpy(&last_bits, &last, sizeof(last_bits));
+      hi[k] = static_cast<uint16_t>(h);
+      mid[k] = static_cast<uint16_t>(m);
+      lo[k] = static_cast<uint16_t>(RoundToBf16(last_bits));
+    }
+  }
+}
+
+// Column tiles [t_begin, t_end) of one block of up to 32 rows (parts from SplitRows).
+// Tiles: 0-3 accumulators (rows 0-15 / 16-31 x column tile t / t + 1), 4-5 x parts,
+// 6-7 weights.
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) void AmxBlock(
+    const uint16_t* parts, long rows, long kp, const uint16_t* w_panels, float* y, long n_dim,
+    long t_begin, long t_end) {
+  TileConfig config;
+  std::memset(&config, 0, sizeof(config));
+  config.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = kAmxRows;
+    config.colsb[t] = 64;
+  }
+  _tile_loadconfig(&config);
+  const long k_blocks = kp / kAmxDepth;
+  const long panel_stride = (kp / 2) * 32;  // bfloat16 values per panel
+  const long part_stride = kAmxBlockRows * kp;
+  const bool lower = rows > kAmxRows;  // a second row tile
+  alignas(64) float spill[kAmxRows * kAmxRows];
+  for (long t = t_begin; t < t_end; t += 2) {
+    const bool pair = t + 1 < t_end;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (long kb = 0; kb < k_blocks; ++kb) {
+      const uint16_t* b0 = w_panels + t * panel_stride + kb * kAmxRows * 32;
+      _tile_loadd(6, b0, 64);
+      if (pair) _tile_loadd(7, b0 + panel_stride, 64);
+      for (long p = 0; p < 3; ++p) {
+        const uint16_t* a = parts + p * part_stride + kb * kAmxDepth;
+        _tile_loadd(4, a, kp * 2);
+        _tile_dpbf16ps(0, 4, 6);
+        if (pair) _tile_dpbf16ps(1, 4, 7);
+        if (lower) {
+          _tile_loadd(5, a + kAmxRows * kp, kp * 2);
+          _tile_dpbf16ps(2, 5, 6);
+          if (pair) _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+    }
+    // Stores: straight into y where the tile is whole, else through `spill`.
+    for (int rt = 0; rt < (lower ? 2 : 1); ++rt) {
+      const long r0 = rt * kAmxRows;
+      const long valid_rows = rows - r0 < kAmxRows ? rows - r0 : kAmxRows;
+      for (int ct = 0; ct < (pair ? 2 : 1); ++ct) {
+        const long c0 = (t + ct) * kAmxRows;
+        const long valid_cols = n_dim - c0 < kAmxRows ? n_dim - c0 : kAmxRows;
+        float* dst = y + r0 * n_dim + c0;
+        const bool whole = valid_rows == kAmxRows && valid_cols == kAmxRows;
+        float* target = whole ? dst : spill;
+        const long stride = whole ? n_dim * 4 : kAmxRows * 4;
+        // Tile numbers are immediates: one store per accumulator.
+        if (rt == 0 && ct == 0) _tile_stored(0, target, stride);
+        if (rt == 0 && ct == 1) _tile_stored(1, target, stride);
+        if (rt == 1 && ct == 0) _tile_stored(2, target, stride);
+        if (rt == 1 && ct == 1) _tile_stored(3, target, stride);
+        if (!whole) {
+          for (long r = 0; r < valid_rows; ++r) {
+            std::memcpy(dst + r * n_dim, spill + r * kAmxRows, sizeof(float) * valid_cols);
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+void AmxMatmul(const float* x, const uint16_t* w_panels, float* y, const Dims& d) {
+  const long kp = (d.k + kAmxDepth - 1) / kAmxDepth * kAmxDepth;
+  const long tiles = (d.n + kAmxRows - 1) / kAmxRows;
+  const long blocks = (d.m + kAmxBlockRows - 1) / kAmxBlockRows;
+  Pool& pool = Pool::Get();
+  const int threads = pool.threads();
+  // Jobs: row blocks, each split into column groups when there are too few blocks to keep
+  // every thread busy (a 24-token prompt is one block). Column groups are pairs of tiles.
+  long groups = 1;
+  if (threads > 1 && blocks < 4L * threads) {
+    groups = (4L * threads + blocks - 1) / blocks;
+    const long pairs = (tiles + 1) / 2;
+    if (groups > pairs) groups = pairs;
+  }
+  auto job = [&](long j) {
+    const long block = j / groups, group = j % groups;
+    const long pairs = (tiles + 1) / 2;
+    const long t_begin = 2 * (pairs * group / groups);
+    long t_end = 2 * (pairs * (group + 1) / groups);
+    if (t_end > tiles) t_end = tiles;
+    if (t_begin >= t_end) return;
+    const long r0 = block * kAmxBlockRows;
+    const long rows = d.m - r0 < kAmxBlockRows ? d.m - r0 : kAmxBlockRows;
+    thread_local std::vector<uint16_t> parts;
+    parts.resize(3 * kAmxBlockRows * kp);
+    SplitRows(x + r0 * d.k, rows, d.k, kp, parts.data());
+    AmxBlock(parts.data(), rows, kp, w_panels, y + r0 * d.n, d.n, t_begin, t_end);
+  };
+  const long jobs = blocks * groups;
+  if (threads > 1 && jobs > 1 && pool.TryRun(jobs, job)) return;
+  for (long j = 0; j < jobs; ++j) job(j);
+}
+
+}  // namespace
+
+// x float32 [M, K] . AMX panels of a bfloat16-exact [K, N] -> float32 [M, N] (opaque
+// "M,K,N"). Only registered where AMX runs (tfspec_amx_available).
+extern "C" void tfspec_amx_matmul(void* out, const void** in, const char* opaque,
+                                  size_t opaque_len, XlaCustomCallStatus_* status) {
+  (void)status;
+  Dims d;
+  if (!ParseDims(opaque, opaque_len, &d)) return;
+  AmxMatmul(static_cast<const float*>(in[0]), static_cast<const uint16_t*>(in[1]),
+            static_cast<float*>(out), d);
+}
+
+// 1 where this CPU has AMX-TILE and AMX-BF16 and the OS let this process use them, else 0.
+extern "C" int tfspec_amx_available() { return kHasAmx ? 1 : 0; }
+
 // Sets how long helpers poll for the next job before sleeping (0: sleep at once).
 extern "C" void tfspec_set_helper_spin(long micros) {
   g_spin_micros.store(micros < 0 ? 0 : micros, std::memory_order_relaxed);
@@ -590,6 +803,8 @@ extern "C" int tfspec_register_rows_matmul() {
       "tfspec_rows_matmul_f32", reinterpret_cast<void*>(&tfspec_rows_matmul_f32), "Host");
   xla::CustomCallTargetRegistry::Global()->Register(
       "tfspec_rows_matmul_bf16w", reinterpret_cast<void*>(&tfspec_rows_matmul_bf16w), "Host");
+  xla::CustomCallTargetRegistry::Global()->Register(
+      "tfspec_amx_matmul", reinterpret_cast<void*>(&tfspec_amx_matmul), "Host");
   xla::CustomCallTargetRegistry::Global()->Register(
       "tfspec_fingerprint_f32", reinterpret_cast<void*>(&tfspec_fingerprint_f32), "Host");
   return 0;

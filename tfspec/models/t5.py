@@ -94,6 +94,21 @@ def _write_key_columns(keys_transposed: tf.Tensor, keys: tf.Tensor,
     return tf.tensor_scatter_nd_update(keys_transposed, indices, block)
 
 
+def _amx_applies(x: tf.Tensor) -> bool:
+    """Whether the once-per-request products over `x` ([B, S] ids or [B, S, D] states) go
+    through AMX panels: a static B x S of at least `kernels.AMX_MIN_ROWS`. Below it AMX
+    saves less than the in-loop check of its panels' sources costs (`PanelCache.current`
+    then reads only the decode step's)."""
+    shape = x.shape
+    return (shape.is_fully_defined()
+            and int(shape[0]) * int(shape[1]) >= kernels.AMX_MIN_ROWS)
+
+
+def _amx_product(x: tf.Tensor, kernel_panels: tf.Tensor, columns: int) -> tf.Tensor:
+    """float32 [B, S, K] (static shape) @ the kernel of AMX panels -> float32 [B, S, N]."""
+    return kernels.amx_matmul(x, kernel_panels, x.shape[-1], columns)
+
+
 def _kernel_applies(x: tf.Tensor) -> bool:
     """Whether a [B, W, ...] decode input goes through `kernels.matmul`: a static
     B * W <= `kernels.MAX_ROWS`, in a program where the kernel can run. The second check is
@@ -137,6 +152,22 @@ class T5Context(NamedTuple):
     # [B, S, D] compute dtype, the encoder output: read only by feature drafts, which
     # project their own cross-attention K/V from it (XLA drops it from other programs).
     encoder_states: Optional[tf.Tensor] = None
+
+
+class T5EncoderPanels(NamedTuple):
+    """One encoder layer's kernels as AMX panels (`tfspec.kernels.amx_panels`), each None
+    where the machine has no AMX or the weights are not bfloat16-exact (XLA's product then).
+
+    An encoder multiplies batch x prompt-bucket rows by every weight once per request:
+    compute-bound work that XLA:CPU runs at ~130-200 GFLOP/s here, and AMX's bfloat16
+    tiles faster (`tfspec.kernels.amx_matmul`: exact split of the float32 activations, so
+    the products stay float32 dot products).
+    """
+
+    self_qkv: Optional[tf.Tensor]  # q | k | v: K = D, N = 3 * H * d_kv
+    self_out: Optional[tf.Tensor]  # o: K = H * d_kv, N = D
+    ffn_in: Optional[tf.Tensor]    # wi_0 | wi_1 (gated) or wi: K = D, N = 2 * d_ff or d_ff
+    ffn_out: Optional[tf.Tensor]   # wo: K = d_ff, N = D
 
 
 class T5LayerPanels(NamedTuple):
@@ -526,12 +557,16 @@ class T5(keras.Model):
     # ------------------------------------------------------------------------------ encoder
 
     def encode(self, encoder_ids: tf.Tensor,
-               encoder_lengths: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor]:
+               encoder_lengths: Optional[tf.Tensor] = None,
+               for_decode: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
         """Runs the encoder.
 
         Args:
           encoder_ids: int32 [B, S], left-aligned, padded.
           encoder_lengths: int32 [B] valid tokens per row (>= 1); None means all S.
+          for_decode: the encoder of a compiled decode program (`prepare`): its products
+            run on AMX where this model has AMX panels (`T5EncoderPanels`). Never for
+            training: the custom call has no gradient.
 
         Returns:
           (states [B, S, D] in the compute dtype after the final norm (padded positions hold
@@ -546,15 +581,32 @@ class T5(keras.Model):
         bias = self._encoder_bias(length)
         key_mask = encoder_mask[:, None, None, :]  # [B, 1, 1, S]: padded keys are ignored.
         compute = self.compute_dtype
+        layer_panels = self._amx_panels()[0] if for_decode and _amx_applies(encoder_ids) else None
         x = self._embed(encoder_ids)
-        for block in self.encoder_blocks:
+        for i, block in enumerate(self.encoder_blocks):
+            amx = layer_panels[i] if layer_panels is not None else T5EncoderPanels(
+                None, None, None, None)
+            attention, ffn = block.self_attention, block.ffn
             h = block.self_attention_norm.normalize(x, compute)
-            query = block.self_attention.query(h)
-            keys, values = block.self_attention.keys_values(h)
+            if amx.self_qkv is not None:
+                query, keys, values = (attention.split_heads(y) for y in tf.split(
+                    _amx_product(h, amx.self_qkv, 3 * attention.num_heads * attention.d_kv),
+                    3, axis=-1))
+            else:
+                query = attention.query(h)
+                keys, values = attention.keys_values(h)
             heads = attend(query, keys, values, bias, key_mask)
-            x = x + tf.cast(block.self_attention.project_output(heads), tf.float32)
+            if amx.self_out is not None:
+                x = x + _amx_product(attention.merge_heads(heads), amx.self_out,
+                                     self._config.d_model)
+            else:
+                x = x + tf.cast(attention.project_output(heads), tf.float32)
             h = block.ffn_norm.normalize(x, compute)
-            x = x + tf.cast(block.ffn.transform(h), tf.float32)
+            if amx.ffn_in is not None and amx.ffn_out is not None:
+                hidden = ffn.hidden(_amx_product(h, amx.ffn_in, ffn.input_kernel_width))
+                x = x + _amx_product(hidden, amx.ffn_out, self._config.d_model)
+            else:
+                x = x + tf.cast(ffn.transform(h), tf.float32)
         return self.encoder_final_norm.normalize(x, compute), encoder_mask
 
     def _context(self, encoder_states: tf.Tensor, encoder_mask: tf.Tensor,
@@ -564,8 +616,18 @@ class T5(keras.Model):
 
         XLA drops whichever of them no call of the compiled program reads.
         """
-        pairs = [block.cross_attention.keys_values(encoder_states)
-                 for block in self.decoder_blocks]
+        cross_panels = (self._amx_panels()[1] if for_decode and _amx_applies(encoder_states)
+                        else (None,) * len(self.decoder_blocks))
+        pairs = []
+        for block, panels in zip(self.decoder_blocks, cross_panels):
+            cross = block.cross_attention
+            if panels is None:
+                pairs.append(cross.keys_values(encoder_states))
+            else:  # k | v side by side: one AMX product per layer.
+                keys, values = tf.split(
+                    _amx_product(encoder_states, panels, 2 * cross.num_heads * cross.d_kv),
+                    2, axis=-1)
+                pairs.append((cross.split_heads(keys), cross.split_heads(values)))
         context = T5Context(tuple(k for k, _ in pairs), tuple(v for _, v in pairs),
                             encoder_mask, encoder_states=encoder_states)
         if not for_decode:
@@ -578,7 +640,7 @@ class T5(keras.Model):
         if cache is None:
             return context
         per_layer = len(T5LayerPanels._fields)
-        values = [tf.convert_to_tensor(v) for v in cache.variables()]
+        values = [tf.convert_to_tensor(v) for v in cache.variables(range(self._decode_entries))]
         layers = tuple(T5LayerPanels(*values[i * per_layer:(i + 1) * per_layer])
                        for i in range(len(self.decoder_blocks)))
         return context._replace(panels=layers, lm_head_panels=values[-1])
@@ -619,7 +681,50 @@ class T5(keras.Model):
                 add(ffn.input_kernel, ffn.wi)
             add(lambda f=ffn: tf.convert_to_tensor(f.wo), ffn.wo)
         add(self.decode_projection, self.shared if self.lm_head is None else self.lm_head)
-        return kernels.PanelCache(sources, variables)
+        kinds = [kernels.ROWS] * len(sources)
+        if kernels.amx_available():
+            # After the decode entries (`_decode_entries`): the encoder's products and the
+            # cross-attention keys | values, once per request (`_amx_panels`).
+            for block in self.encoder_blocks:
+                attention, ffn = block.self_attention, block.ffn
+                add(lambda a=attention: tf.concat([a.q, a.k, a.v], axis=1),
+                    attention.q, attention.k, attention.v)
+                add(lambda a=attention: tf.convert_to_tensor(a.o), attention.o)
+                if ffn.gated:
+                    add(ffn.input_kernel, ffn.wi_0, ffn.wi_1)
+                else:
+                    add(ffn.input_kernel, ffn.wi)
+                add(lambda f=ffn: tf.convert_to_tensor(f.wo), ffn.wo)
+            for block in self.decoder_blocks:
+                cross = block.cross_attention
+                add(lambda c=cross: tf.concat([c.k, c.v], axis=1), cross.k, cross.v)
+            kinds += [kernels.AMX] * (len(sources) - len(kinds))
+        return kernels.PanelCache(sources, variables, kinds)
+
+    @property
+    def _decode_entries(self) -> int:
+        """How many entries of the panel cache are the decode step's (`T5LayerPanels` of
+        every decoder layer, then the LM head); AMX entries follow them."""
+        return len(self.decoder_blocks) * len(T5LayerPanels._fields) + 1
+
+    def _amx_panels(self) -> Tuple[Optional[Tuple[T5EncoderPanels, ...]], tuple]:
+        """(`T5EncoderPanels` per encoder layer or None, the cross-attention k | v AMX panels
+        per decoder layer (None where absent)) for the program being traced: None / Nones
+        unless this model's panel cache is readable here and has AMX entries."""
+        none = (None,) * len(self.decoder_blocks)
+        cache = kernels.readable_panel_cache(self)
+        if cache is None or len(cache) == self._decode_entries:
+            return None, none
+        start, per_layer = self._decode_entries, len(T5EncoderPanels._fields)
+        encoder_entries = range(start, start + per_layer * len(self.encoder_blocks))
+        cross_entries = range(encoder_entries.stop, len(cache))
+        values = [None if v is None else tf.convert_to_tensor(v)
+                  for v in cache.variables(encoder_entries)]
+        layers = tuple(T5EncoderPanels(*values[i * per_layer:(i + 1) * per_layer])
+                       for i in range(len(self.encoder_blocks)))
+        cross = tuple(None if v is None else tf.convert_to_tensor(v)
+                      for v in cache.variables(cross_entries))
+        return layers, cross
 
     def _panels_apply(self) -> bool:
         """Whether `tfspec.kernels` serves this model's decode products: float32 models (the
@@ -758,7 +863,8 @@ class T5(keras.Model):
           [B, H, max_length, d_kv] per layer, the keys [B, H, d_kv, max_length] if
           window > 1).
         """
-        context = self._context(*self.encode(prompt_ids, prompt_lengths), for_decode=True)
+        context = self._context(*self.encode(prompt_ids, prompt_lengths, for_decode=True),
+                                for_decode=True)
         return context, self._empty_cache(tf.shape(prompt_ids)[0], max_length, window)
 
     def _empty_cache(self, batch, max_length: int, window: int) -> T5Cache:

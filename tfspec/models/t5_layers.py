@@ -285,6 +285,11 @@ class T5FeedForward(keras.layers.Layer):
             return tf.concat([self.wi_0, self.wi_1], axis=1)
         return tf.convert_to_tensor(self.wi)
 
+    @property
+    def input_kernel_width(self) -> int:
+        """Columns of `input_kernel()`: 2 * d_ff (gated) or d_ff."""
+        return int((self.wi_0 if self.gated else self.wi).shape[1]) * (2 if self.gated else 1)
+
     def hidden(self, projected: tf.Tensor) -> tf.Tensor:
         """The activation applied to `x @ input_kernel()`: [B, T, 2 * d_ff | d_ff] ->
         [B, T, d_ff] (the same values `transform` feeds to wo)."""

@@ -1,0 +1,76 @@
+"""bench.amx on tiny random models with bfloat16 weight values."""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from bench import amx
+from bench import models as bench_models
+from tests.bench.bench_fixtures import TINY, TINY_DRAFT
+from tfspec import kernels
+
+needs_amx = pytest.mark.skipif(not kernels.amx_available(),
+                               reason=f"needs AMX and the kernel: {kernels.status()}")
+
+
+def _bfloat16_pair():
+    """(target, draft) of the tiny specs, every weight rounded to a bfloat16 value (as a
+    bfloat16 checkpoint loaded as float32 has): their encoders get AMX panels."""
+    pair = bench_models.load(TINY), bench_models.load(TINY_DRAFT, seed=1)
+    for model in pair:
+        for w in model.weights:
+            w.assign(tf.cast(tf.cast(w, tf.bfloat16), tf.float32))
+    return pair
+
+
+@needs_amx
+def test_one_record_per_mode_comparing_the_copy_without_amx():
+    pair, xla_pair = _bfloat16_pair(), _bfloat16_pair()
+    pool = bench_models.prompts(TINY, pair[0], num_prompts=2,
+                                prompt_length=kernels.AMX_MIN_ROWS + 8)
+    records = amx.run(pair, xla_pair, pool, [(0, 1), (2, 2)], [0.0], max_new_tokens=6,
+                      repeats=1)
+    assert [(r["mode"], r["temperature"]) for r in records] == [("0@1", 0.0), ("2@2", 0.0)]
+    for record in records:
+        assert record["tokens"] > 0 and isinstance(record["same_tokens"], bool)
+        for key in ("ms_per_request", "xla_ms_per_request", "speedup", "fixed_ms",
+                    "xla_fixed_ms"):
+            assert math.isfinite(record[key]) and record[key] > 0, key
+        assert record["fixed_saved_ms"] == pytest.approx(
+            record["xla_fixed_ms"] - record["fixed_ms"])
+    # What was compared: the first copy's target read AMX panels, the other's had none.
+    assert amx._uses_amx(pair[0]) and not amx._uses_amx(xla_pair[0])
+
+
+@needs_amx
+def test_a_target_without_amx_panels_is_refused_in_one_line():
+    """A random float32 target has no bfloat16 weight values, so no AMX panels."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.amx", "--target", TINY, "--draft", TINY_DRAFT,
+         "--modes", "0@1", "--max_new_tokens", "2", "--repeats", "1", "--num_prompts", "1"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "has no AMX panels" in result.stderr
+
+
+def test_without_amx_it_says_so_in_one_line():
+    result = subprocess.run([sys.executable, "-m", "bench.amx", "--modes", "0@1"],
+                            capture_output=True, text=True, timeout=300, check=False,
+                            env={**os.environ, "TFSPEC_AMX": "0"})
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "needs AMX" in result.stderr and "TFSPEC_AMX=0" in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--modes=4@0", "--temperatures=warm"])
+def test_bad_flags_fail_in_one_line(flag):
+    result = subprocess.run([sys.executable, "-m", "bench.amx", flag],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "error:" in result.stderr
