@@ -51,3 +51,17 @@ def save_medusa_heads(directory, target_spec=TINY, seed=3, **overrides) -> str:
     target = bench_models.load(target_spec, seed=0)
     config = MedusaConfig.for_target(target, **{"heads": 3, "d_ff": 16, **overrides})
     return tfspec.save_model(MedusaHeads(config, seed=seed), str(directory))
+
+
+def assert_fails_in_one_line(module: str, *args: str, expect=("error:",)) -> None:
+    """`python -m MODULE ARGS...` exits with status 2, no traceback, each string of
+    `expect` on stderr."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+
+    result = subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    for text in expect:
+        assert text in result.stderr, result.stderr

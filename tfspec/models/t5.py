@@ -668,33 +668,32 @@ class T5(keras.Model):
             sources.append(fn)
             variables.append(source_variables)
 
-        for block in self.decoder_blocks:
-            attention, cross, ffn = block.self_attention, block.cross_attention, block.ffn
-            add(lambda a=attention: tf.concat([a.q, a.k, a.v], axis=1),
+        def add_self_attention(attention):  # q | k | v side by side, then o
+            add(lambda: tf.concat([attention.q, attention.k, attention.v], axis=1),
                 attention.q, attention.k, attention.v)
-            add(lambda a=attention: tf.convert_to_tensor(a.o), attention.o)
-            add(lambda c=cross: tf.convert_to_tensor(c.q), cross.q)
-            add(lambda c=cross: tf.convert_to_tensor(c.o), cross.o)
+            add(lambda: tf.convert_to_tensor(attention.o), attention.o)
+
+        def add_ffn(ffn):  # wi_0 | wi_1 (or wi), then wo
             if ffn.gated:
                 add(ffn.input_kernel, ffn.wi_0, ffn.wi_1)
             else:
                 add(ffn.input_kernel, ffn.wi)
-            add(lambda f=ffn: tf.convert_to_tensor(f.wo), ffn.wo)
+            add(lambda: tf.convert_to_tensor(ffn.wo), ffn.wo)
+
+        for block in self.decoder_blocks:  # In the order of `T5LayerPanels`' fields.
+            cross = block.cross_attention
+            add_self_attention(block.self_attention)
+            add(lambda c=cross: tf.convert_to_tensor(c.q), cross.q)
+            add(lambda c=cross: tf.convert_to_tensor(c.o), cross.o)
+            add_ffn(block.ffn)
         add(self.decode_projection, self.shared if self.lm_head is None else self.lm_head)
         kinds = [kernels.ROWS] * len(sources)
         if kernels.amx_available():
             # After the decode entries (`_decode_entries`): the encoder's products and the
             # cross-attention keys | values, once per request (`_amx_panels`).
-            for block in self.encoder_blocks:
-                attention, ffn = block.self_attention, block.ffn
-                add(lambda a=attention: tf.concat([a.q, a.k, a.v], axis=1),
-                    attention.q, attention.k, attention.v)
-                add(lambda a=attention: tf.convert_to_tensor(a.o), attention.o)
-                if ffn.gated:
-                    add(ffn.input_kernel, ffn.wi_0, ffn.wi_1)
-                else:
-                    add(ffn.input_kernel, ffn.wi)
-                add(lambda f=ffn: tf.convert_to_tensor(f.wo), ffn.wo)
+            for block in self.encoder_blocks:  # In the order of `T5EncoderPanels`' fields.
+                add_self_attention(block.self_attention)
+                add_ffn(block.ffn)
             for block in self.decoder_blocks:
                 cross = block.cross_attention
                 add(lambda c=cross: tf.concat([c.k, c.v], axis=1), cross.k, cross.v)
