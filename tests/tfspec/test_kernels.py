@@ -1,9 +1,11 @@
 """tfspec.kernels: the few-row product custom call, its fingerprint, and the panel cache."""
 
+import gc
 import os
 import subprocess
 import sys
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -481,3 +483,26 @@ def test_on_by_default_and_switched_by_the_environment(switch, want):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=300).stdout
     assert want in out
+
+
+@pytest.mark.parametrize("draft_kind", ["t5", "feature", "medusa"])
+def test_models_with_panels_are_freed_when_dropped(draft_kind):
+    """A panel cache is the value of a table weakly keyed by its model: none of its sources
+    may reach the model (or a draft's bound target), or neither would ever be freed, with
+    every panel (and, on AMX CPUs, the encoder's panels) they hold."""
+    from tfspec.models import FeatureDraft, FeatureDraftConfig, MedusaConfig, MedusaHeads
+    target = _bfloat16_valued(_model(3))
+    if draft_kind == "t5":
+        draft = _bfloat16_valued(_model(4))
+    elif draft_kind == "feature":
+        draft = FeatureDraft(FeatureDraftConfig.for_target(target, d_ff=16), seed=2)
+    else:
+        draft = MedusaHeads(MedusaConfig.for_target(target, heads=2, d_ff=16), seed=2)
+    if draft_kind != "t5":
+        draft.bind(target)
+    tfspec.generate(target, [[5, 6, 7, 8] * 10], draft=draft, k=2, max_new_tokens=4)
+    assert kernels.existing_panel_cache(target) and kernels.existing_panel_cache(draft)
+    refs = [weakref.ref(target), weakref.ref(draft)]
+    del target, draft
+    gc.collect()
+    assert [r() is None for r in refs] == [True, True]

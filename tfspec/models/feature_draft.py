@@ -456,7 +456,10 @@ class FeatureDraft(TargetBoundDraft, keras.Model):
             sources.append(fn)
             variables.append(source_variables)
 
-        add(lambda: tf.convert_to_tensor(self.fuse), self.fuse)
+        # No source may reach `self`: the cache is the value of a table weakly keyed by it
+        # (`kernels.panel_cache`), and a strong reference would keep it alive forever.
+        fuse = self.fuse
+        add(lambda: tf.convert_to_tensor(fuse), fuse)
         add(lambda: tf.concat([attention.q, attention.k, attention.v], axis=1),
             attention.q, attention.k, attention.v)
         add(lambda: tf.convert_to_tensor(attention.o), attention.o)
@@ -465,8 +468,8 @@ class FeatureDraft(TargetBoundDraft, keras.Model):
             add(lambda: tf.convert_to_tensor(cross.q), cross.q)
             add(lambda: tf.convert_to_tensor(cross.o), cross.o)
         else:  # Stand-ins that no program reads (one panel of zeros each).
-            add(lambda: tf.zeros([16, 16]), self.fuse)
-            add(lambda: tf.zeros([16, 16]), self.fuse)
+            add(lambda: tf.zeros([16, 16]), fuse)
+            add(lambda: tf.zeros([16, 16]), fuse)
         add(ffn.input_kernel, *((ffn.wi_0, ffn.wi_1) if ffn.gated else (ffn.wi,)))
         add(lambda: tf.convert_to_tensor(ffn.wo), ffn.wo)
         head_fn, head_variables = self.target_lm_head_panel_source()

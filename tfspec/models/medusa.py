@@ -377,8 +377,9 @@ class MedusaHeads(TargetBoundDraft, keras.Model):
             sources.append(fn)
             variables.append(source_variables)
 
+        # No source may reach `self` (see `FeatureDraft._make_panel_cache`).
         if self._config.reads_token:
-            add(lambda: tf.convert_to_tensor(self.fuse), self.fuse)
+            add(lambda fuse=self.fuse: tf.convert_to_tensor(fuse), self.fuse)
         else:  # A stand-in that no program reads.
             add(lambda: tf.zeros([16, 16]), self.draft_vocab)
         for weights in (self.head_in, self.head_out):

@@ -24,6 +24,7 @@ Precision: variables and matmuls are in `dtype` (float32 or bfloat16); RMS norms
 softmax, the residual stream and the output logits are float32.
 """
 
+import weakref
 from typing import Dict, NamedTuple, Optional, Tuple
 
 import keras
@@ -686,7 +687,11 @@ class T5(keras.Model):
             add(lambda c=cross: tf.convert_to_tensor(c.q), cross.q)
             add(lambda c=cross: tf.convert_to_tensor(c.o), cross.o)
             add_ffn(block.ffn)
-        add(self.decode_projection, self.shared if self.lm_head is None else self.lm_head)
+        # The cache is the value of a weak-keyed table whose key is this model: a bound
+        # method here would keep the model (and all its panels) alive forever.
+        model = weakref.ref(self)
+        add(lambda: model().decode_projection(),
+            self.shared if self.lm_head is None else self.lm_head)
         kinds = [kernels.ROWS] * len(sources)
         if kernels.amx_available():
             # After the decode entries (`_decode_entries`): the encoder's products and the

@@ -184,7 +184,11 @@ class TargetBoundDraft:
         columns of the draft vocabulary (`kernels.PanelCache`)."""
         target = self._bound()
         head_variable = target.shared if target.lm_head is None else target.lm_head
-        return (lambda: self.lm_head_subset(target.output_projection()),
+        # Weak references: the source lives in this draft's panel cache, the value of a
+        # table weakly keyed by the draft (`kernels.panel_cache`); strong ones would keep
+        # the draft and its target alive forever.
+        draft_ref, target_ref = weakref.ref(self), weakref.ref(target)
+        return (lambda: draft_ref().lm_head_subset(target_ref().output_projection()),
                 (head_variable, self.draft_vocab))
 
 
