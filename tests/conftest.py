@@ -50,6 +50,23 @@ def pytest_configure(config):
                    "and the mirrored strategy (the CI part of the strategy matrix)")
 
 
+def pytest_report_header(config):
+    """A line when Linux's vm.max_map_count is below what the suite needs: each worker
+    compiles hundreds of XLA programs, and LLVM's JIT aborts the worker when it runs out of
+    memory maps (`.ci/run` raises the limit where it may)."""
+    del config
+    from evals.orchestration import runner  # pylint: disable=import-outside-toplevel
+    try:
+        with open(runner.MAX_MAP_COUNT_PATH, encoding="ascii") as f:
+            limit = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    if limit >= runner.SAFE_MAX_MAP_COUNT:
+        return None
+    return (f"vm.max_map_count is {limit}: a test worker may abort when LLVM runs out of "
+            f"memory maps; as root, sysctl -w vm.max_map_count={runner.SAFE_MAX_MAP_COUNT}")
+
+
 def pytest_generate_tests(metafunc):
     if "strategy" not in metafunc.fixturenames:
         return
