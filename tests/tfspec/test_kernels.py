@@ -249,11 +249,9 @@ def test_fingerprint_sees_a_one_ulp_change_anywhere(index):
     assert _fingerprint(changed) != _fingerprint(values)
 
 
-@pytest.mark.parametrize("isa", kernels.INSTRUCTION_SETS)
-@pytest.mark.parametrize("size", [1, 13, 300_001])  # 300_001: split across threads
-def test_fingerprint_is_the_documented_pair_of_sums(size, isa):
-    """On every code path (portable, AVX2, AVX-512, as far as this CPU has them)."""
-    values = np.random.default_rng(4).standard_normal(size).astype(np.float32)
+def _documented_fingerprint(values):
+    """The pair of sums `kernels.fingerprints` documents, in NumPy (as int32)."""
+    size = values.size
     bits = values.view(np.uint32).astype(np.uint64)
     odd = 2 * np.arange(size, dtype=np.uint64) + 1
     mask = np.uint64(0xFFFFFFFF)
@@ -261,8 +259,28 @@ def test_fingerprint_is_the_documented_pair_of_sums(size, isa):
     b = int(np.sum(((bits ^ np.uint64(0x5BD1E995)) * ((odd * np.uint64(0x85EBCA6B)) & mask))
                    & mask) & mask)
     as_int32 = lambda x: x - (1 << 32) if x >= 1 << 31 else x  # noqa: E731
+    return as_int32(a), as_int32(b)
+
+
+@pytest.mark.parametrize("isa", kernels.INSTRUCTION_SETS)
+@pytest.mark.parametrize("size", [1, 13, 31, 32, 33, 300_001])  # 300_001: split across threads
+def test_fingerprint_is_the_documented_pair_of_sums(size, isa):
+    """On every code path (portable, AVX2, AVX-512, as far as this CPU has them), below,
+    at and above the AVX-512 loop's 32 elements per iteration."""
+    values = np.random.default_rng(4).standard_normal(size).astype(np.float32)
     with kernels.instruction_set(isa):
-        assert _fingerprint(values) == (as_int32(a), as_int32(b))
+        assert _fingerprint(values) == _documented_fingerprint(values)
+
+
+@pytest.mark.parametrize("isa", kernels.INSTRUCTION_SETS)
+def test_fingerprints_of_many_tensors_split_across_threads_are_each_documented(isa):
+    """One call's tensors are hashed as one job whose chunks span tensor boundaries: each
+    tensor's pair must still be its own, whatever the chunk it starts or ends in."""
+    rng = np.random.default_rng(6)
+    arrays = [rng.standard_normal(n).astype(np.float32)
+              for n in (5, 150_007, 3, 64, 200_001, 1, 99_999, 47)]
+    with kernels.instruction_set(isa):
+        assert _fingerprints(*arrays) == [_documented_fingerprint(a) for a in arrays]
 
 
 def test_fingerprint_sees_swapped_elements():
