@@ -37,7 +37,8 @@ from tensorflow.compiler.tf2xla.python import xla as tf2xla
 from tfspec import kernels
 from tfspec.models import target_binding
 from tfspec.models.t5_config import T5Config
-from tfspec.models.t5_layers import RMSNorm, T5Block, attend, normal_initializer
+from tfspec.models.t5_layers import (RMSNorm, T5Block, attend, attend_with_masked_bias,
+                                     mask_into_bias, normal_initializer)
 
 _SUPPORTED_DTYPES = ("float32", "bfloat16")
 
@@ -579,8 +580,8 @@ class T5(keras.Model):
             encoder_mask = tf.ones_like(encoder_ids, tf.bool)
         else:
             encoder_mask = tf.sequence_mask(tf.cast(encoder_lengths, tf.int32), length)
-        bias = self._encoder_bias(length)
-        key_mask = encoder_mask[:, None, None, :]  # [B, 1, 1, S]: padded keys are ignored.
+        # [B, H, S, S]: the relative position bias, and the score of padded keys.
+        masked_bias = mask_into_bias(self._encoder_bias(length), encoder_mask[:, None, None, :])
         compute = self.compute_dtype
         layer_panels = self._amx_panels()[0] if for_decode and _amx_applies(encoder_ids) else None
         x = self._embed(encoder_ids)
@@ -596,7 +597,7 @@ class T5(keras.Model):
             else:
                 query = attention.query(h)
                 keys, values = attention.keys_values(h)
-            heads = attend(query, keys, values, bias, key_mask)
+            heads = attend_with_masked_bias(query, keys, values, masked_bias)
             if amx.self_out is not None:
                 x = x + _amx_product(attention.merge_heads(heads), amx.self_out,
                                      self._config.d_model)

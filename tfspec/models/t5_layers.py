@@ -142,6 +142,49 @@ def attend(query: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
     return tf.einsum("bhwl,bhld->bhwd", tf.cast(probs, values.dtype), values)
 
 
+def mask_into_bias(bias: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """float32 [B, H, W, L]: `bias` where `mask` is True, the masked score elsewhere (for
+    `attend_with_masked_bias`; once per call, not once per layer).
+
+    Args:
+      bias: float32 broadcastable to [B, H, W, L].
+      mask: bool broadcastable to [B, H, W, L]; True = may attend.
+    """
+    return tf.where(mask, bias, _MASKED_SCORE)
+
+
+def attend_with_masked_bias(query: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
+                            masked_bias: tf.Tensor) -> tf.Tensor:
+    """`attend` over keys that are all finite (an encoder's), with the mask already in the
+    bias (`mask_into_bias`), normalizing after the value product.
+
+    The same attention as `attend(query, keys, values, bias, mask)` up to rounding: a masked
+    slot scores s - 1e9 instead of -1e9, and both give it probability exactly 0 beside any
+    unmasked slot. Two passes over the [B, H, W, L] scores fewer per layer: no select (the
+    mask is added with the bias), and the division by the softmax's sum applies to the
+    [B, H, W, d_kv] output instead of the probabilities. On the embedded target's 384-wide
+    prompt bucket this took 3.6 ms (12%) off a request's fixed cost (interleaved, 7
+    repeats). Not for a decode cache, whose stale slots may hold anything (see `attend`).
+
+    Args:
+      query: [B, H, W, d_kv] compute dtype.
+      keys: [B, H, L, d_kv] compute dtype.
+      values: [B, H, L, d_kv] compute dtype.
+      masked_bias: float32 broadcastable to [B, H, W, L].
+
+    Returns:
+      [B, H, W, d_kv] in the dtype of `values`.
+    """
+    scores = tf.cast(tf.einsum("bhwd,bhld->bhwl", query, keys), tf.float32) + masked_bias
+    # The usual max shift for a stable exp; the softmax does not depend on it, so no
+    # gradient flows through it.
+    shifted = scores - tf.stop_gradient(tf.reduce_max(scores, axis=-1, keepdims=True))
+    weights = tf.exp(shifted)
+    total = tf.reduce_sum(weights, axis=-1, keepdims=True)  # [B, H, W, 1]
+    heads = tf.einsum("bhwl,bhld->bhwd", tf.cast(weights, values.dtype), values)
+    return tf.cast(tf.cast(heads, tf.float32) / total, values.dtype)
+
+
 def _activation(name: str) -> Callable[[tf.Tensor], tf.Tensor]:
     if name == "relu":
         return tf.nn.relu
