@@ -506,6 +506,12 @@ namespace {
   *h0 = a;                                                           \
   *h1 = b;
 
+// The loop for any x86-64 (and the AVX-512 loop's last < 32 elements).
+void HashRangePortable(const uint32_t* bits, long begin, long end, uint32_t* h0,
+                       uint32_t* h1) {
+  TFSPEC_HASH_BODY
+}
+
 // The same loop compiled for AVX2 (vpmulld; baseline x86-64 has no 32-bit vector multiply).
 __attribute__((target("avx2"))) void HashRangeAvx2(const uint32_t* bits, long begin, long end,
                                                    uint32_t* h0, uint32_t* h1) {
@@ -550,13 +556,10 @@ __attribute__((target("avx512f"))) void HashRangeAvx512(const uint32_t* bits, lo
   }
   uint32_t a = static_cast<uint32_t>(_mm512_reduce_add_epi32(_mm512_add_epi32(a0, a1)));
   uint32_t b = static_cast<uint32_t>(_mm512_reduce_add_epi32(_mm512_add_epi32(b0, b1)));
-  for (; i < end; ++i) {  // The last < 32 elements, as the loop.
-    const uint32_t o = 2u * static_cast<uint32_t>(i) + 1u;
-    a += bits[i] * (o * kA);
-    b += (bits[i] ^ kX) * (o * kB);
-  }
-  *h0 = a;
-  *h1 = b;
+  uint32_t tail_a, tail_b;  // The last < 32 elements (indices i .. end - 1, as the loop).
+  HashRangePortable(bits, i, end, &tail_a, &tail_b);
+  *h0 = a + tail_a;
+  *h1 = b + tail_b;
 }
 
 void HashRange(const uint32_t* bits, long begin, long end, uint32_t* h0, uint32_t* h1) {
@@ -569,7 +572,7 @@ void HashRange(const uint32_t* bits, long begin, long end, uint32_t* h0, uint32_
     HashRangeAvx2(bits, begin, end, h0, h1);
     return;
   }
-  TFSPEC_HASH_BODY
+  HashRangePortable(bits, begin, end, h0, h1);
 }
 #undef TFSPEC_HASH_BODY
 
