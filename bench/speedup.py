@@ -44,6 +44,10 @@ these fields are nan):
                                  token with the fixed costs taken out
     decode_predicted_speedup     the formula with c = draft_step_ms / target_step_ms
     decode_over_predicted        decode_speedup / decode_predicted_speedup
+    matched_speedup              the whole-request speed-up at one request length for
+                                 all modes (the mean over them): at T > 0 each mode samples
+                                 answers of other lengths, which moves its ms per token
+                                 through the fixed cost (`matched_speedup`)
     speedup_ceiling              the whole-request speed-up if speculative rounds cost
                                  nothing: AR ms per request / spec_fixed_ms per request.
                                  No draft length or faster loop can beat it; only
@@ -98,7 +102,7 @@ AUTO = "auto"  # The --k entry (and record "k") of adaptive draft length, k="aut
 COLUMNS = ["k", "acceptance", "batch_size", "temperature", "ar_ms_per_token", "spec_ms_per_token", "speedup",
            "acceptance_rate", "beta_mean", "draft_cost_ratio", "predicted_speedup",
            "speedup_over_predicted", "spec_fixed_ms", "round_over_formula", "decode_speedup",
-           "decode_over_predicted", "speedup_ceiling"]
+           "decode_over_predicted", "matched_speedup", "speedup_ceiling"]
 
 
 def _floats(text: str) -> List[float]:
@@ -145,6 +149,19 @@ def parse_acceptances(text: str) -> List[str]:
             f"expected comma-separated rules from {', '.join(acceptance_lib.RULES)}, got "
             f"{text!r}")
     return list(dict.fromkeys(rules))
+
+
+def _draft_cost(text: str) -> Optional[float]:
+    """--auto_draft_cost: "hf" (None) or a number >= 0."""
+    if text.strip().lower() in ("hf", "none"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0.0):
+        raise argparse.ArgumentTypeError(f"must be hf or a number >= 0, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -224,6 +241,12 @@ def _parse_args(argv=None):
     parser.add_argument("--auto_confidence", type=float,
                         default=adaptive.AutoDraft().confidence,
                         help='the "auto" entry\'s confidence threshold on q(d) (0: none)')
+    parser.add_argument("--auto_draft_cost", type=_draft_cost,
+                        default=adaptive.AutoDraft().draft_cost,
+                        help='the "auto" entry\'s horizon schedule: a number c >= 0 (the '
+                             "walltime formula's best horizon for each row's running overlap, "
+                             "c the cost of one more draft position over a round's) or hf "
+                             "(Hugging Face's +2/-1 schedule)")
     cli.add_bool(parser, "auto_fallback", adaptive.AutoDraft().fallback,
                  'let the "auto" entry run autoregressive decoding where that measured '
                  "faster (off: always adaptive speculation)")
@@ -378,6 +401,11 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
     c = walltime.draft_cost_ratio(draft_step, target_step)
     records = []
     acceptances = list(acceptances or [acceptance_lib.EXACT] * len(ks))
+    # Every exact mode samples the target's distribution, so their token counts estimate
+    # one mean; pooled, it is the request length `matched_speedup` compares at.
+    exact_gens = [ar_gen] + [g for g, rule in zip(gens[2:], acceptances)
+                             if rule == acceptance_lib.EXACT]
+    pooled_tokens = float(np.mean([_real_tokens(g) for g in exact_gens]))
     for k, rule, spec_time, spec_gens, (round_s, spec_fixed_s) in zip(
             ks, acceptances, times[2:], gens[2:], phases[2:]):
         stats = tfspec.DecodeStats.concatenate([gen.stats for gen in spec_gens])
@@ -396,6 +424,10 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
         # AR time per request over the speculative call's fixed part: the speed-up left if
         # every round were free.
         ceiling = ratio(ar_time / len(batches), spec_fixed_s)
+        matched = matched_speedup(
+            (ar_fixed_s, target_step_s, loop_steps(ar_gen), _real_tokens(ar_gen)),
+            (spec_fixed_s, round_s, loop_steps(spec_gens), _real_tokens(spec_gens)),
+            pooled_tokens / len(batches))
         decode_predicted = (nan if auto else
                             _formula_or_nan(a, k, ratio(draft_step_s, target_step_s)))
         modes = [gen.mode for gen in spec_gens]
@@ -422,11 +454,36 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
             "decode_predicted_speedup": decode_predicted,
             "decode_over_predicted": ratio(decode_speedup, decode_predicted),
             "speedup_ceiling": ceiling,
+            "matched_speedup": matched,
             "mean_drafts_per_round": drafts_per_round,
             "auto_speculative_fraction": (modes.count(adaptive.SPECULATIVE) / len(modes)
                                           if auto else nan),
         })
     return records
+
+
+def matched_speedup(ar: tuple, spec: tuple, tokens_per_call: float) -> float:
+    """The speed-up of requests of one length: AR over speculative seconds per call at
+    `tokens_per_call`, each mode's time being its fixed part plus its iterations per token x
+    that length x its per-iteration time.
+
+    At temperature > 0 every mode samples answers of its own lengths, and with a fixed part
+    of ~20 ms per request a mode that happened to sample longer answers shows fewer ms per
+    token: the plain `speedup` then partly measures lengths (a run at T = 1 had 425 tokens at
+    k = 1 against 326 autoregressive, and k = 1 read 1.23x). Greedy modes emit the same
+    tokens, so there both agree up to the split's noise.
+
+    Args:
+      ar, spec: (fixed seconds per call, seconds per iteration, iterations, tokens) of the
+        mode (`split_phases`; iterations and tokens summed over the calls).
+      tokens_per_call: the request length to compare at.
+
+    Returns:
+      The ratio, or nan without a split.
+    """
+    def seconds(fixed_s, iteration_s, iterations, tokens):
+        return fixed_s + tokens_per_call * iterations / max(1, tokens) * iteration_s
+    return ratio(seconds(*ar), seconds(*spec))
 
 
 def split_phases(full_s: float, one_s: float, iterations: int, calls: int) -> tuple:
@@ -480,6 +537,7 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
     return {"target": target_spec, "draft": draft_spec,
             "draft_kind": bench_models.draft_kind(draft), "max_new_tokens": max_new_tokens,
             "auto": {"k_max": auto.k_max, "confidence": auto.confidence,
+                     "draft_cost": auto.draft_cost,
                      "fallback": auto.fallback, "revisit": auto.revisit},
             "acceptances": list(acceptances),
             "typical": (None if acceptance_lib.TYPICAL not in acceptances else
@@ -492,6 +550,7 @@ def main(argv=None):
     args = _parse_args(argv)
     try:
         auto = adaptive.AutoDraft(k_max=args.auto_k_max, confidence=args.auto_confidence,
+                                  draft_cost=args.auto_draft_cost,
                                   fallback=args.auto_fallback)
         typical = tfspec.TypicalAcceptance(epsilon=args.typical_epsilon,
                                            delta=args.typical_delta)

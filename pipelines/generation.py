@@ -340,16 +340,23 @@ class Generator:
         target = self.models.target
         warm_fn = None
         if k == records.AUTO:
-            # A k = "auto" call runs whichever loop its controller picks (speculative, or
-            # the autoregressive fallback), so one untimed call would compile only one of
-            # them and the other would compile inside a timed call (measured: 10-15 s
-            # records in a HumanEval T = 1 sweep). Warm both, and through a controller of
-            # their own (`fallback=False` is another controller; the compiled speculative
-            # loop is the same), so the warm-up is not a request the run's controller sees.
+            # A k = "auto" call runs whichever loop its controller picks (the autoregressive
+            # fallback, or speculation compiled for the window its controller chose), so
+            # one untimed call would compile only one of them and the others would compile
+            # inside timed calls (measured: 10-15 s records in a HumanEval T = 1 sweep).
+            # Warm them all, each through a controller of its own (other settings are
+            # another controller; the compiled loop of a window is the same), so the
+            # warm-up is not a request the run's controller sees: a fresh controller's
+            # window is its k_max (`adaptive.PRIOR_OVERLAP`), so k_max = w compiles w.
+            auto = adaptive.AutoDraft()
+            windows = (range(1, auto.k_max + 1) if auto.draft_cost is not None
+                       else [auto.k_max])
+
             def warm_fn():
                 self._call(target, prompts, keys, 0, args)
-                self._call(target, prompts, keys,
-                           dataclasses.replace(adaptive.AutoDraft(), fallback=False), args)
+                for window in windows:
+                    self._call(target, prompts, keys,
+                               dataclasses.replace(auto, k_max=window, fallback=False), args)
         gen, seconds = self._timed(
             ("generate", k, len(prompts), width, _static_args(args)),
             lambda: self._call(target, prompts, keys, k, args), phase="decoding",

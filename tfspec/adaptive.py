@@ -4,13 +4,19 @@ Two levels, neither of which changes the output distribution:
 
 * Within a request (compiled, `decoding.decode_loop` with `LoopConfig.adaptive`): every row
   drafts up to its own horizon, stops after a draft its draft model is unsure of
-  (q(d) < `confidence`, Hugging Face's `assistant_confidence_threshold`), and moves its
-  horizon by Hugging Face's `num_assistant_tokens` schedule (+ 2 after a fully accepted
-  horizon, - 1 after a rejection), within [1, k_max]. k_max is compiled; the verify window
-  is k_max + 1 wide (static shapes), but a T5 target on CPU multiplies only each row's
-  first 1 + (its drafts) entries (`live_width`, see `decoding.decode_loop`).
+  (q(d) < `confidence`, Hugging Face's `assistant_confidence_threshold`), and after each
+  round takes as its next horizon the walltime formula's best draft length at its running
+  overlap, (1 + a + ... + a^h) / (1 + h c) with c = `draft_cost` (or, with
+  `draft_cost=None`, moves it by Hugging Face's `num_assistant_tokens` schedule: + 2 after
+  a fully accepted horizon, - 1 after a rejection), within [1, the request's window]. The
+  window is compiled; the verify is window + 1 wide (static shapes), but a T5 target on
+  CPU multiplies only each row's first 1 + (its drafts) entries (`live_width`, see
+  `decoding.decode_loop`).
 * Across requests (here, in Python): a `Controller` per (target, draft, sampling, settings)
-  carries the horizon from one request to the next, and decides per request between
+  chooses each speculative request's window, the formula's best draft length at the
+  overlap its last requests measured (`Controller.window`; a wide window costs its width
+  even where rows draft less), carries the horizon from one request to the next, and
+  decides per request between
   adaptive speculative decoding and plain autoregressive decoding from what both measured
   (`Controller.choose`): it explores both modes (alternating, `explore` requests each),
   then runs the one whose fitted request time is lower, and measures the slower one again
@@ -51,8 +57,24 @@ import numpy as np
 SPECULATIVE = "speculative"
 AUTOREGRESSIVE = "autoregressive"
 _WINDOW = 256  # Measurements kept per mode: the fits follow a workload that changes.
+# The overlap a request's window is chosen from: the last this-many speculative requests'
+# verified positions, and before any, `PRIOR_OVERLAP` worth `PRIOR_POSITIONS` positions
+# (also the in-loop schedule's prior, `decoding._formula_horizon`).
+_OVERLAP_REQUESTS = 16
+# Optimistic: a first request (and a row's first round) drafts the whole k_max, so an
+# untrained controller's first window is k_max, and evaluations can compile every window
+# ahead of time (`evals`: one fresh controller per k_max).
+PRIOR_OVERLAP = 1.0
+PRIOR_POSITIONS = 1.0
+# A request's window changes only when another one scores this much better: a window not
+# compiled yet for the prompt bucket costs a compile, so near-ties must not flip it.
+_WINDOW_MARGIN = 0.03
 _Z = 2.0  # Explore while the two modes' fitted times are within this many standard errors...
-_EXPLORE_CAP = 24  # ...unless each mode has this many measurements.
+# ...unless each mode has this many measurements. 12, not 24: replayed in 30 orders
+# (`tests/tfspec/test_adaptive.py`'s recorded sweeps), 12 kept 97.5 / 97.9 / 97.9% of the
+# better fixed mode in HumanEval T = 0 / T = 1 / docsum T = 0 against 96.6 / 97.0 / 97.6%
+# at 24 (8: 97.9 / 98.2 / 97.7%, with a worse worst order in HumanEval T = 0).
+_EXPLORE_CAP = 12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +82,7 @@ class AutoDraft:
     """The settings of `k="auto"` (pass an instance as `k` to change them).
 
     Attributes:
-      k_max: the compiled maximum draft length (the verify window is k_max + 1 wide).
+      k_max: the largest draft length (window) a request is compiled for.
       confidence: a row stops drafting after a draft d with q(d) below this (0: never).
         Off by default: an early stop saves draft steps (~0.16 target steps each for the
         embedded pair) and, since the verify skips entries past the round's drafts
@@ -73,6 +95,17 @@ class AutoDraft:
         (2026-12-04, `--k 4,auto --auto_fallback false --temperature 1`, one run per
         threshold): T = 1 auto / k = 4 in the same run 0.84 and 0.83 at 0.3 (beta 0.43),
         0.92 at 0 (beta 0.54): still off.
+      draft_cost: how a row's horizon moves from round to round. A float c: the walltime
+        formula's best horizon for the row's running overlap a, argmax over h of
+        (1 + a + ... + a^h) / (1 + h c), c being what one more draft position (a draft step
+        and a verify row) costs over the rest of a round. None: Hugging Face's
+        `num_assistant_tokens` schedule (+ 2 after a fully accepted horizon, - 1 after a
+        rejection), which measures nothing and settles where a full acceptance is about a
+        third likely (h ~ 3 at a = 0.67), whatever a draft position costs. With a float,
+        each request's window is also the formula's best at the overlap of the last
+        requests (`Controller.window`); with None it is k_max. Default 0.3: one draft
+        step and one more verify row of the embedded pair cost 0.15-0.2 ms against a
+        0.73 ms target step at T = 1 (`bench.round_breakdown`, k = 1..3).
       initial_k: the horizon of the first request, default min(4, k_max) (later requests
         start from the horizon the previous one ended with).
       fallback: run autoregressive decoding when it measured faster.
@@ -83,6 +116,7 @@ class AutoDraft:
 
     k_max: int = 4
     confidence: float = 0.0
+    draft_cost: Optional[float] = 0.3
     initial_k: Optional[int] = None
     fallback: bool = True
     explore: int = 4
@@ -93,6 +127,10 @@ class AutoDraft:
             raise ValueError(f"AutoDraft.k_max must be an integer >= 1, got {self.k_max}")
         if not 0.0 <= float(self.confidence) < 1.0:
             raise ValueError(f"AutoDraft.confidence must be in [0, 1), got {self.confidence}")
+        if self.draft_cost is not None and not (math.isfinite(float(self.draft_cost))
+                                                and float(self.draft_cost) >= 0.0):
+            raise ValueError(f"AutoDraft.draft_cost must be a number >= 0 or None, got "
+                             f"{self.draft_cost}")
         if self.initial_k is not None and (int(self.initial_k) != self.initial_k
                                            or not 1 <= self.initial_k <= self.k_max):
             raise ValueError(f"AutoDraft.initial_k must be an integer in [1, k_max = "
@@ -105,6 +143,21 @@ class AutoDraft:
     @property
     def first_horizon(self) -> int:
         return int(self.initial_k) if self.initial_k is not None else min(4, int(self.k_max))
+
+
+def formula_score(overlap: float, h: int, draft_cost: float) -> float:
+    """Tokens per unit of round cost of drafting h at per-position `overlap` a and
+    per-draft cost c: (1 + a + ... + a^h) / (1 + h c)."""
+    a = min(max(float(overlap), 0.0), 1.0)
+    return sum(a ** i for i in range(int(h) + 1)) / (1.0 + int(h) * float(draft_cost))
+
+
+def formula_horizon(overlap: float, k_max: int, draft_cost: float) -> int:
+    """The walltime formula's best draft length in [1, k_max]: argmax over h of
+    `formula_score` (the first of equal scores). The compiled loop's per-row version is
+    `decoding._formula_horizon`."""
+    scores = [formula_score(overlap, h, draft_cost) for h in range(1, int(k_max) + 1)]
+    return 1 + int(np.argmax(scores))
 
 
 def resolve(k) -> Optional[AutoDraft]:
@@ -188,6 +241,9 @@ class Controller:
     def __init__(self, auto: AutoDraft):
         self.auto = auto
         self.horizon = auto.first_horizon
+        # (summed overlap, verified positions) of the last speculative requests.
+        self._overlaps: collections.deque = collections.deque(maxlen=_OVERLAP_REQUESTS)
+        self._window: Optional[int] = None
         self.measurements: Dict[str, _WindowFit] = {
             mode: _WindowFit() for mode in (SPECULATIVE, AUTOREGRESSIVE)}
         self._total = 0
@@ -223,6 +279,33 @@ class Controller:
             return slower
         return faster
 
+    def overlap(self) -> float:
+        """The running per-position overlap of the last speculative requests (beta summed
+        over their verified positions, over those positions), shrunk towards
+        `PRIOR_OVERLAP`."""
+        beta = sum(b for b, _ in self._overlaps) + PRIOR_OVERLAP * PRIOR_POSITIONS
+        return beta / (sum(v for _, v in self._overlaps) + PRIOR_POSITIONS)
+
+    def window(self) -> int:
+        """The draft length the next speculative request is compiled for, in [1, k_max]:
+        k_max under Hugging Face's schedule; with `draft_cost`, the formula's best length
+        at the running `overlap` (`formula_horizon`).
+
+        Why not always k_max: a round pays for its window's width even where rows draft
+        less (verify rows, V-wide probabilities at T > 0, the rule), measured on the
+        embedded pair at T = 1 (64 new tokens, no EOS): ~2.4 drafts per round in a k_max = 4
+        window ran 1.00x autoregressive speed, in a k_max = 3 window 1.09x, fixed k = 2
+        1.16x. Each window is one more compiled program per prompt bucket, made when first
+        chosen, so the window moves only when another scores `_WINDOW_MARGIN` better."""
+        if self.auto.draft_cost is None:
+            return int(self.auto.k_max)
+        overlap, cost = self.overlap(), float(self.auto.draft_cost)
+        best = formula_horizon(overlap, self.auto.k_max, cost)
+        if (self._window is None or formula_score(overlap, best, cost)
+                > (1.0 + _WINDOW_MARGIN) * formula_score(overlap, self._window, cost)):
+            self._window = best
+        return self._window
+
     def predicted_seconds(self, mode: str, features: np.ndarray) -> Tuple[float, float]:
         """(seconds, its variance) of a request of `mode` with `features` [1, tokens,
         rows x prompt bucket], from the ordinary least-squares fit of the mode's
@@ -249,13 +332,16 @@ class Controller:
                 math.sqrt(spec_var / spec_s ** 2 + ar_var / ar_s ** 2))
 
     def record(self, shape, mode: str, seconds: float, tokens: int, compiled: bool,
-               final_horizons=None) -> None:
+               final_horizons=None, overlap: Optional[Tuple[float, float]] = None) -> None:
         """Feeds back one request of `shape` (rows, prompt bucket, max_new_tokens): its wall
-        time, tokens, whether it compiled, and (for a speculative request) the rows'
-        horizons at the end."""
+        time, tokens, whether it compiled, and for a speculative request the rows' horizons
+        at the end and (summed beta, verified positions) over its rows (compiled or not:
+        acceptance does not depend on timing)."""
         if not compiled and tokens > 0:
             self.measurements[mode].add(float(shape[0]) * float(shape[1]), float(tokens),
                                         float(seconds))
+        if mode == SPECULATIVE and overlap is not None and overlap[1] > 0:
+            self._overlaps.append((float(overlap[0]), float(overlap[1])))
         if mode == SPECULATIVE and final_horizons is not None and len(final_horizons):
             mean = float(sum(int(h) for h in final_horizons)) / len(final_horizons)
             self.horizon = min(max(int(round(mean)), 1), self.auto.k_max)

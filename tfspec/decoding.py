@@ -48,6 +48,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import tensorflow as tf
 
 from tfspec import acceptance as acceptance_lib
+from tfspec import adaptive as adaptive_lib
 from tfspec import rng
 from tfspec import sampling as sampling_lib
 
@@ -64,9 +65,15 @@ class Adaptive:
     Attributes:
       confidence: a row stops drafting after a draft token whose draft probability q(d) is
         below this (0 disables the test).
+      draft_cost: the horizon schedule. None: Hugging Face's `num_assistant_tokens` (+ 2
+        after a fully accepted horizon, - 1 after a rejection). A float c: the walltime
+        formula's best horizon for the row's running overlap, with c the cost of one more
+        draft position (its draft step and its verify row) over a round's fixed cost
+        (`_formula_horizon`).
     """
 
     confidence: float = 0.4
+    draft_cost: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -561,6 +568,55 @@ def _next_horizon(horizon, drafted, num_accepted, live, k: int):
     return tf.where(live, tf.clip_by_value(grown, 1, k), horizon)
 
 
+def _formula_horizon(beta_sum, verified, horizon, live, k: int, draft_cost: float):
+    """The walltime formula's best horizon per row, from the row's running overlap.
+
+    A round drafting h tokens at per-position overlap a emits E(h) = 1 + a + ... + a^h
+    tokens on average and costs 1 + h c (in rounds without drafts), so the horizon is
+    argmax over h in [1, k] of E(h) / (1 + h c), with a the row's mean overlap so far
+    (beta_sum / verified, shrunk towards `adaptive.PRIOR_OVERLAP` by one position's worth,
+    so a request's own rounds soon decide). Only past rounds decide it, so the output
+    distribution is unchanged (see `decode_loop`). `adaptive.formula_horizon` is the same
+    for one overlap.
+
+    Worked example, k = 4, c = 0.35: a = 0.95 -> E = [1.95, 2.85, 3.71, 4.52] / [1.35, 1.7,
+    2.05, 2.4] = [1.44, 1.68, 1.81, 1.88] -> 4; a = 0.65 -> E = [1.65, 2.07, 2.35, 2.53] /
+    the same = [1.222, 1.219, 1.145, 1.052] -> 1.
+
+    Args:
+      beta_sum: float32 [batch], the summed overlap of every verified position so far.
+      verified: int32 [batch], those positions.
+      horizon: int32 [batch], the current horizons (kept for rows that are not live).
+      live: bool [batch].
+      k: the compiled maximum.
+      draft_cost: c above.
+
+    Returns:
+      int32 [batch] in [1, k].
+    """
+    prior = adaptive_lib.PRIOR_OVERLAP * adaptive_lib.PRIOR_POSITIONS
+    overlap = ((beta_sum + prior)
+               / (tf.cast(verified, tf.float32) + adaptive_lib.PRIOR_POSITIONS))  # [batch]
+    overlap = tf.clip_by_value(overlap, 0.0, 1.0)
+    exponents = tf.range(k + 1, dtype=tf.float32)                             # [k+1]
+    expected = tf.cumsum(tf.pow(overlap[:, None], exponents[None, :]), axis=1)[:, 1:]
+    cost = 1.0 + draft_cost * exponents[1:]                                   # [k]
+    best = tf.argmax(expected / cost[None, :], axis=1, output_type=tf.int32) + 1
+    return tf.where(live, best, horizon)
+
+
+def _round_horizon(state, drafted, num_accepted, live, verified_now, beta_now, k: int,
+                   settings: Adaptive):
+    """int32 [batch]: every row's horizon for the next round, by `settings.draft_cost`'s
+    schedule (this round's verified positions and overlap included)."""
+    if settings.draft_cost is None:
+        return _next_horizon(state.horizon, drafted, num_accepted, live, k)
+    live_f = tf.cast(live, tf.float32)
+    return _formula_horizon(state.beta_sum + live_f * beta_now,
+                            state.verified + tf.cast(live, tf.int32) * verified_now,
+                            state.horizon, live, k, float(settings.draft_cost))
+
+
 def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
                 row_keys: tf.Tensor, seed: tf.Tensor, config: LoopConfig,
                 accept_fn: Callable = acceptance_lib.accept,
@@ -576,9 +632,10 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
     judges each row's first m_b drafts only (`_verify`), and a target that can skip
     entries (`LiveWidth` in protocol.py: T5 through the CPU kernel) computes only each
     row's first 1 + m_b, so a round costs what its drafts need. After the round the horizon
-    moves by Hugging Face's schedule for `num_assistant_tokens`: + 2 when all h_b drafts were
-    accepted, - 1 after a rejection, unchanged when the row stopped early and all its m_b
-    drafts were accepted.
+    moves by the schedule of `Adaptive.draft_cost`: the walltime formula's best horizon for
+    the row's running overlap (`_formula_horizon`), or Hugging Face's schedule for
+    `num_assistant_tokens` (+ 2 when all h_b drafts were accepted, - 1 after a rejection,
+    unchanged when the row stopped early and all its m_b drafts were accepted).
 
     Why the output distribution is unchanged: given everything that happened before a
     position (tokens and random draws alike), the rule's output there is distributed as p
@@ -706,6 +763,10 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
             finished = has_eos
             if k > 0:
                 drafted_eos = tf.equal(draft_ids, config.eos_id)             # [batch, k]
+                if adaptive:
+                    # Slots past a row's m drafts hold the EOS filler, not drafts: counting
+                    # it would add a phantom drafted (and rejected) position per early stop.
+                    drafted_eos &= slot[:, :k] < drafted[:, None]
                 first_drafted_eos = tf.argmax(tf.cast(drafted_eos, tf.int32), axis=1,
                                               output_type=tf.int32)
                 counted = tf.where(tf.reduce_any(drafted_eos, axis=1),
@@ -745,7 +806,8 @@ def decode_loop(target, draft, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
             accepted_per_position=state.accepted_per_position + live_i[:, None] * accepted_slots
             if k > 0 else state.accepted_per_position,
             beta_sum=state.beta_sum + tf.cast(live, tf.float32) * beta_now,
-            horizon=_next_horizon(state.horizon, drafted, num_accepted, live, k)
+            horizon=_round_horizon(state, drafted, num_accepted, live, verified_now,
+                                   beta_now, k, config.adaptive)
             if adaptive else state.horizon,
             # The feature of the new last position n + emitted - 1, which produced the
             # row's last committed token: the next round's first draft step reads it.

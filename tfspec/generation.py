@@ -252,8 +252,9 @@ def generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
       draft: the proposal model; None (or k = 0) decodes autoregressively through the same
         compiled machinery: the baseline every speed-up is measured against.
       k: draft tokens per round; or "auto" (or a `tfspec.AutoDraft`): adaptive draft length
-        up to a compiled maximum, and autoregressive decoding for request shapes where it
-        measured faster (see `tfspec.adaptive`).
+        up to `k_max` (per request and per row, by the walltime formula at the measured
+        acceptance), and autoregressive decoding where that measured faster (see
+        `tfspec.adaptive`).
       max_new_tokens: tokens to generate per row at most.
       sampling: `Sampling` applied identically to target and draft; default temperature 1.
       seed: request seed. A row's tokens are a function of (seed, row content, row key) and
@@ -371,11 +372,15 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
     loop_k, loop_draft = k, draft
     if mode == adaptive_lib.AUTOREGRESSIVE:
         loop_k, loop_draft = 0, None
+    elif mode == adaptive_lib.SPECULATIVE:
+        loop_k = controller.window()  # <= k_max: see `Controller.window`.
     config = decoding.LoopConfig(
         k=loop_k, max_new_tokens=int(max_new_tokens), sampling=sampling,
         eos_id=None if eos_id is None else int(eos_id),
         start_id=int(getattr(target, "decoder_start_id", target.pad_id)),
-        adaptive=(decoding.Adaptive(confidence=float(auto.confidence))
+        adaptive=(decoding.Adaptive(confidence=float(auto.confidence),
+                                    draft_cost=(None if auto.draft_cost is None
+                                                else float(auto.draft_cost)))
                   if mode == adaptive_lib.SPECULATIVE else None))
     split = strategy is not None and strategy.num_replicas_in_sync > 1
     # The kernel panels must equal the weights when a program's result is used. Compiled
@@ -413,14 +418,18 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
                if name != "panels_current"}
     seconds = time.perf_counter() - start
     if controller is not None:
+        speculative = config.adaptive is not None
         controller.record(shape, mode, seconds, int(out["lengths"].sum()),
                           compiled=stale or _tracing_count(run) != traces,
                           final_horizons=(out["horizon"][~_finished_early(out)]
-                                          if config.adaptive is not None else None))
-        if mode == adaptive_lib.AUTOREGRESSIVE:
-            # The same statistics shape as a speculative call (k_max positions), so calls
-            # of either mode concatenate.
-            out["accepted_per_position"] = np.zeros([batch, k], np.int32)
+                                          if speculative else None),
+                          overlap=((float(np.sum(out["beta_sum"])),
+                                    float(np.sum(out["verified"]))) if speculative else None))
+        # The same statistics shape in every call (k_max positions), so calls of either
+        # mode and any window concatenate.
+        per_position = np.zeros([batch, k], np.int32)
+        per_position[:, :loop_k] = out["accepted_per_position"][:, :loop_k]
+        out["accepted_per_position"] = per_position
 
     out_lengths = out["lengths"].astype(np.int32)
     tokens = out["out_ids"][:, 1:max_new_tokens + 1].astype(np.int32)

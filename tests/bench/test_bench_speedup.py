@@ -71,6 +71,32 @@ def test_split_phases_is_nan_without_a_second_iteration():
     assert all(math.isnan(x) for x in speedup.split_phases(1.0, 1.0, 4, 4))
 
 
+def test_matched_speedup_compares_one_request_length():
+    """AR: 20 ms fixed + 1 ms per token; speculative: 22 ms fixed + 2 ms per round of 2.5
+    tokens. Sampled at other lengths (100 AR tokens in 4 calls, 150 speculative), the plain
+    ms-per-token ratio says 1.50 / 1.39 = 1.08x; at the same 31.25-token request both take
+    their fixed part plus that length's iterations: 51.25 / 47.0 = 1.09x, whatever lengths
+    each mode sampled."""
+    ar = (0.020, 0.001, 100, 100)
+    spec = (0.022, 0.002, 60, 150)
+    got = speedup.matched_speedup(ar, spec, 31.25)
+    assert got == pytest.approx((0.020 + 31.25 * 0.001) / (0.022 + 31.25 / 2.5 * 0.002))
+    # Other sampled lengths at the same costs: the same answer.
+    assert speedup.matched_speedup((0.020, 0.001, 40, 40), (0.022, 0.002, 24, 60),
+                                   31.25) == pytest.approx(got)
+    assert math.isnan(speedup.matched_speedup(ar, (float("nan"),) * 2 + (60, 150), 31.25))
+
+
+@pytest.mark.parametrize("flags, draft_cost", [([], 0.3), (["--auto_draft_cost", "hf"], None),
+                                               (["--auto_draft_cost", "0.5"], 0.5)])
+def test_auto_draft_cost_flag(flags, draft_cost, tmp_path):
+    out = tmp_path / "speedup.json"
+    speedup.main(["--target", TINY, "--draft", TINY_DRAFT, "--k", "auto", "--temperature", "1",
+                  "--max_new_tokens", "4", "--repeats", "1", "--num_prompts", "1", "--eager",
+                  "--json", str(out)] + flags)
+    assert json.loads(out.read_text())["auto"]["draft_cost"] == draft_cost
+
+
 def test_parse_random_config_overrides_and_decoder_layers():
     config = bench_models.parse_random_config("random:t5-small:d_model=32,num_layers=1")
     assert (config.d_model, config.num_layers, config.num_decoder_layers) == (32, 1, 1)
@@ -206,13 +232,16 @@ def test_auto_is_a_k_entry_with_its_own_record(tmp_path):
 
 
 @pytest.mark.parametrize("flags", [["--k", "0"], ["--k", "two"], ["--k", "1,-3"], ["--k", ""],
-                                   ["--k", "auto", "--auto_confidence", "1.5"]])
+                                   ["--k", "auto", "--auto_confidence", "1.5"],
+                                   ["--k", "auto", "--auto_draft_cost", "-1"],
+                                   ["--k", "auto", "--auto_draft_cost", "cheap"]])
 def test_bad_k_lists_are_one_line_errors(flags, capsys):
     with pytest.raises(SystemExit) as exit_info:
         speedup.main(["--target", TINY, "--draft", TINY_DRAFT] + flags)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and ("--k" in err or "confidence" in err)
+    assert len(err.splitlines()) == 1 and ("--k" in err or "confidence" in err
+                                           or "--auto_draft_cost" in err)
 
 
 # ------------------------------------------------------------------------ feature drafts

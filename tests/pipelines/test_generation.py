@@ -408,9 +408,10 @@ def test_a_feature_draft_stays_float32_under_bfloat16(pair, feature_spec):
     assert models.draft.target is models.target
 
 
-def test_auto_mode_compiles_both_of_its_loops_before_timing(spec, make_items):
-    """k = "auto" runs the speculative loop or the autoregressive fallback, whichever its
-    controller picks: both compile in the untimed warm-up, so no record times a compile."""
+def test_auto_mode_compiles_all_of_its_loops_before_timing(spec, make_items):
+    """k = "auto" runs the autoregressive fallback or a speculative loop compiled for the
+    window its controller picks (1..k_max): all compile in the untimed warm-up, so no
+    record times a compile."""
     tfspec.adaptive.reset()
     generator = generation.Generator(spec)
     target = generator.models.target
@@ -423,11 +424,12 @@ def test_auto_mode_compiles_both_of_its_loops_before_timing(spec, make_items):
     args = generation.inference_args([("speculative_kauto", records.AUTO)],
                                      {"temperature": 0.9, "top_k": 7, "top_p": 1.0}, 0, MAX_NEW)
     first, second = make_items(1, samples=2)  # One prompt twice: one request shape.
+    loops = 1 + tfspec.AutoDraft().k_max
     before = traces()
     (speculative,) = generator.run([first], args)
-    assert traces() == before + 2  # The warm-up compiled both loops...
+    assert traces() == before + loops  # The warm-up compiled every loop...
     (fallback,) = generator.run([second], args)  # A warm shape: no untimed call.
     # ...the controller explored (the shape's first timed request speculated, its second
     # ran the autoregressive fallback), and the timed calls compiled nothing.
     assert speculative["drafted"] > 0 and fallback["drafted"] == 0
-    assert traces() == before + 2
+    assert traces() == before + loops

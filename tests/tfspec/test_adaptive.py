@@ -43,10 +43,14 @@ def fresh_controllers():
 
 
 @pytest.mark.parametrize("auto", [
-    adaptive.AutoDraft(k_max=4, confidence=0.0, initial_k=1, fallback=False),
-    adaptive.AutoDraft(k_max=5, confidence=0.05, initial_k=5, fallback=False),
+    adaptive.AutoDraft(k_max=4, confidence=0.0, draft_cost=None, initial_k=1,
+                       fallback=False),
+    adaptive.AutoDraft(k_max=5, confidence=0.05, draft_cost=None, initial_k=5,
+                       fallback=False),
     adaptive.AutoDraft(k_max=3, confidence=0.9, initial_k=2, fallback=False),
-], ids=["grow-from-1", "confidence-0.05", "confidence-0.9"])
+    adaptive.AutoDraft(k_max=4, confidence=0.0, draft_cost=0.05, initial_k=1,
+                       fallback=False),
+], ids=["hf-grow-from-1", "hf-confidence-0.05", "confidence-0.9", "formula-schedule"])
 @pytest.mark.parametrize("same_draft", [False, True], ids=["draft", "draft-is-target"])
 def test_greedy_auto_equals_greedy_autoregressive(models, auto, same_draft):
     target, draft = models
@@ -67,14 +71,19 @@ def test_greedy_auto_equals_greedy_autoregressive(models, auto, same_draft):
             assert adaptive.controller(target, draft, GREEDY, auto).horizon == auto.k_max
 
 
-def test_a_high_confidence_threshold_drafts_one_token_per_round(models):
-    """q(d) < 0.999 always holds for a random draft: every row stops after one draft."""
+@pytest.mark.parametrize("eos_id", [None, 1], ids=["no-eos", "eos"])
+def test_a_high_confidence_threshold_drafts_one_token_per_round(models, eos_id):
+    """q(d) < 0.999 always holds for a random draft: every row stops after one draft, and
+    the statistics count one drafted position per round, also with an EOS id (the slots a
+    row did not draft hold the EOS filler, which once counted as a drafted EOS: a phantom
+    rejected position per round, and a beta_mean near half the true one)."""
     target, draft = models
     auto = adaptive.AutoDraft(k_max=4, confidence=0.999, initial_k=4, fallback=False)
     for sampling in (GREEDY, tfspec.Sampling(temperature=1.0)):
         gen = tfspec.generate(target, PROMPTS, draft=draft, k=auto, max_new_tokens=12,
-                              sampling=sampling, eos_id=None)
+                              sampling=sampling, eos_id=eos_id)
         np.testing.assert_array_equal(gen.stats.drafted, gen.stats.rounds)
+        assert (gen.stats.verified <= gen.stats.rounds).all()
         assert (gen.stats.accepted_per_position[:, 1:] == 0).all()
 
 
@@ -170,6 +179,70 @@ def test_next_horizon_follows_the_schedule(horizon, drafted, accepted, live, exp
     result = decoding._next_horizon(tf.constant([horizon]), tf.constant([drafted]),  # pylint: disable=protected-access
                                     tf.constant([accepted]), tf.constant([live]), 6)
     assert int(result[0]) == expected
+
+
+@pytest.mark.parametrize("overlap, verified, draft_cost, expected", [
+    (0.95, 40, 0.35, 6),   # a draft that is nearly always right: the whole k
+    (0.6, 40, 0.35, 1),    # scores [1.192, 1.166, 1.077, ...]: one draft
+    (0.6, 40, 0.05, 4),    # the same overlap with drafts almost free: more
+    (0.0, 40, 0.35, 1),    # never accepted: one draft, the minimum
+    (1.0, 40, 0.0, 6),     # free and always right: k
+    (0.0, 0, 0.35, 6),     # nothing verified yet: the optimistic prior alone, k
+])
+def test_formula_horizon_is_the_formulas_best(overlap, verified, draft_cost, expected):
+    horizon = decoding._formula_horizon(  # pylint: disable=protected-access
+        tf.constant([overlap * verified, overlap * verified]),
+        tf.constant([verified, verified]), tf.constant([2, 2]), tf.constant([True, False]),
+        6, draft_cost)
+    assert horizon.numpy().tolist() == [expected, 2]  # A finished row keeps its horizon.
+    # Against the formula itself, at the shrunk overlap the loop uses.
+    a = ((overlap * verified + adaptive.PRIOR_OVERLAP * adaptive.PRIOR_POSITIONS)
+         / (verified + adaptive.PRIOR_POSITIONS))
+    scores = [sum(a ** i for i in range(h + 1)) / (1 + h * draft_cost) for h in range(1, 7)]
+    assert expected == 1 + int(np.argmax(scores))
+
+
+def test_formula_schedule_drafts_less_where_the_draft_disagrees(models):
+    """Through the loop: with a draft equal to the target every row grows to the whole k
+    after its first round (2 drafts) and keeps it; with the random draft (overlap ~0) rows
+    fall to one draft per round."""
+    target, draft = models
+    auto = adaptive.AutoDraft(k_max=4, draft_cost=0.3, initial_k=2, fallback=False)
+    sampling = tfspec.Sampling(temperature=1.0)
+    same = tfspec.generate(target, PROMPTS, draft=target, k=auto, max_new_tokens=24,
+                           sampling=sampling, eos_id=None, seed=3)
+    assert same.stats.drafted.sum() / same.stats.rounds.sum() > 2.5
+    adaptive.reset()
+    other = tfspec.generate(target, PROMPTS, draft=draft, k=auto, max_new_tokens=24,
+                            sampling=sampling, eos_id=None, seed=3)
+    assert other.stats.beta_mean < 0.5
+    assert other.stats.drafted.sum() / other.stats.rounds.sum() < 1.5
+
+
+def test_controller_window_follows_the_measured_overlap_without_flapping():
+    """A fresh controller compiles k_max (the optimistic prior); measured overlaps move the
+    window to the formula's best, and a near-tie does not move it back and forth."""
+    c = adaptive.Controller(adaptive.AutoDraft(k_max=4, draft_cost=0.3))
+    assert c.window() == 4
+    for _ in range(4):  # overlap 0.67: scores [1.285, 1.324, 1.274, 1.188] -> 2
+        c.record((1, 32, 64), S, 0.1, 20, compiled=False, final_horizons=[2],
+                 overlap=(6.7, 10))
+    assert c.overlap() == pytest.approx((26.8 + 1.0) / 41)
+    assert c.window() == 2
+    for _ in range(16):  # 0.62: [1.246, 1.253, ...]: 2 still best, 1 within the margin
+        c.record((1, 32, 64), S, 0.1, 20, compiled=False, overlap=(6.2, 10))
+    assert adaptive.formula_horizon(c.overlap(), 4, 0.3) == 2
+    assert c.window() == 2
+    for _ in range(16):  # 0.4: one draft is clearly best
+        c.record((1, 32, 64), S, 0.1, 20, compiled=False, overlap=(4.0, 10))
+    assert c.window() == 1
+    # Hugging Face's schedule: always k_max.
+    assert adaptive.Controller(adaptive.AutoDraft(k_max=3, draft_cost=None)).window() == 3
+
+
+def test_bad_draft_cost_is_refused():
+    with pytest.raises(ValueError, match="draft_cost must be a number >= 0"):
+        adaptive.AutoDraft(draft_cost=-0.1)
 
 
 S, A = adaptive.SPECULATIVE, adaptive.AUTOREGRESSIVE

@@ -25,6 +25,7 @@ stopping their drafts early) and as many small calls of batch 1, 2 or 3 whose ro
 pooled (where one row's state decides whether the draft loop runs its k steps).
 """
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -63,11 +64,18 @@ LAYOUTS = {
 }
 
 
-# k="auto": per-row horizons in [1, 3] moved by the schedule, and a confidence threshold
-# that stops about a third of the rows' drafting early. fallback=False: the autoregressive
-# fallback is exact by construction, and would leave the adaptive loop untested.
-AUTO = tfspec.AutoDraft(k_max=3, confidence=0.45, initial_k=2, fallback=False)
-AUTO_LAYOUTS = {"t1": (6000, 1), "t0.8-topp0.95": (2, 1000)}
+# k="auto": per-row horizons in [1, 3] moved by Hugging Face's schedule, and a confidence
+# threshold that stops about a third of the rows' drafting early. fallback=False: the
+# autoregressive fallback is exact by construction, and would leave the adaptive loop
+# untested.
+AUTO = tfspec.AutoDraft(k_max=3, confidence=0.45, initial_k=2, draft_cost=None,
+                        fallback=False)
+# The same with the formula's horizon schedule: each row's horizon follows its own running
+# overlap (c = 0.1 puts rows of this pair's overlaps on every horizon in [1, 3]).
+AUTO_FORMULA = dataclasses.replace(AUTO, draft_cost=0.1)
+# name: (settings, sampling, batch, calls)
+AUTO_CASES = {"t1": (AUTO, "t1", 6000, 1), "t0.8-topp0.95": (AUTO, "t0.8-topp0.95", 2, 1000),
+              "t1-formula": (AUTO_FORMULA, "t1", 6000, 1)}
 
 
 @pytest.fixture(scope="module")
@@ -176,24 +184,24 @@ def test_speculative_t5_matches_uncached_target_distribution(models, tables, sam
         assert any(len(set(s.rounds.tolist())) > 1 for s in stats)
 
 
-@pytest.mark.parametrize("sampling_name", list(AUTO_LAYOUTS),
-                         ids=[f"{name}-batch{AUTO_LAYOUTS[name][0]}" for name in AUTO_LAYOUTS])
-def test_auto_draft_length_matches_uncached_target_distribution(models, tables, sampling_name,
+@pytest.mark.parametrize("case", list(AUTO_CASES),
+                         ids=[f"{name}-batch{AUTO_CASES[name][2]}" for name in AUTO_CASES])
+def test_auto_draft_length_matches_uncached_target_distribution(models, tables, case,
                                                                 strategy):
     """k="auto": rows that stop drafting early (their horizon, or an unsure draft) are
     judged on their own drafts only, and the token after them comes from the target."""
     tfspec.adaptive.reset()
     target, draft = models
+    auto, sampling_name, batch, calls = AUTO_CASES[case]
     sampling = SAMPLINGS[sampling_name]
-    batch, calls = AUTO_LAYOUTS[sampling_name]
-    tokens, lengths, stats = _decode(strategy, target, draft, AUTO, sampling, batch, calls)
+    tokens, lengths, stats = _decode(strategy, target, draft, auto, sampling, batch, calls)
     assert (lengths == LENGTH).all()
     pvalue = _pvalue(tokens, lengths, tables[0], sampling)
     assert pvalue > P_MIN, f"p = {pvalue:.2e}"
     pooled = tfspec.DecodeStats.concatenate(stats)
     per_round = pooled.drafted / np.maximum(pooled.rounds, 1)
     # Early stops happened, and rows drafted different amounts per round.
-    assert 1.0 < per_round.mean() < AUTO.k_max - 0.3, per_round.mean()
+    assert 1.0 < per_round.mean() < auto.k_max - 0.3, per_round.mean()
     assert len(set(np.round(per_round, 3).tolist())) > 3
     # Some rounds accepted all three drafts (the horizon had grown to 3).
     assert pooled.accepted_per_position[:, -1].sum() > 0
