@@ -87,7 +87,7 @@ def test_matched_speedup_compares_one_request_length():
     assert math.isnan(speedup.matched_speedup(ar, (float("nan"),) * 2 + (60, 150), 31.25))
 
 
-@pytest.mark.parametrize("flags, draft_cost", [([], 0.3), (["--auto_draft_cost", "hf"], None),
+@pytest.mark.parametrize("flags, draft_cost", [([], None), (["--auto_draft_cost", "hf"], None),
                                                (["--auto_draft_cost", "0.5"], 0.5)])
 def test_auto_draft_cost_flag(flags, draft_cost, tmp_path):
     out = tmp_path / "speedup.json"
