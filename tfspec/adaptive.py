@@ -16,10 +16,8 @@ Two levels, neither of which changes the output distribution:
   chooses each speculative request's window (k_max, or with `draft_cost` the formula's best
   draft length at the overlap its last requests measured, `Controller.window`: a wide
   window costs its width even where rows draft less), carries the horizon from one
-  request to the next, and
-  decides per request between
-  adaptive speculative decoding and plain autoregressive decoding from what both measured
-  (`Controller.choose`): it explores both modes (alternating, `explore` requests each),
+  request to the next, and decides per request between adaptive speculative decoding and
+  plain autoregressive decoding from what both measured (`Controller.choose`): it explores both modes (alternating, `explore` requests each),
   then runs the one whose fitted request time is lower, and measures the slower one again
   at requests `revisit`, 2 `revisit`, 4 `revisit`, ..., so a workload whose acceptance
   changes is noticed, at a cost that shrinks as the workload runs. Calls that compiled a
@@ -303,7 +301,8 @@ class Controller:
 
         Why not always k_max: a round pays for its window's width even where rows draft
         less (verify rows, V-wide probabilities at T > 0, the rule), measured on the
-        embedded pair at T = 1 (64 new tokens, no EOS): ~2.4 drafts per round in a k_max = 4
+        embedded pair at T = 1 (64 new tokens, no EOS; drafts counted before the
+        statistics fix, equal in both windows): ~2.4 drafts per round in a k_max = 4
         window ran 1.00x autoregressive speed, in a k_max = 3 window 1.09x, fixed k = 2
         1.16x. Each window is one more compiled program per prompt bucket, made when first
         chosen, so the window moves only when another scores `_WINDOW_MARGIN` better."""
