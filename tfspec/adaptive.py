@@ -109,11 +109,13 @@ class AutoDraft:
         5`, with and without `--auto_draft_cost hf`, 2026-12-05 evening, a noisy
         machine): greedy, auto reached 97% of the best fixed k with 0.3 and 98% with
         Hugging Face's schedule; at T = 1 the 0.3 controller kept speculating at window 2
-        (0.84x; its calls cost 14% more than fixed k = 2's with the same tokens: the
-        adaptive loop's own overhead) where Hugging Face's fell back to autoregressive
-        decoding (1.02x). In forced-length runs (64 tokens, no EOS, T = 1; before the
-        statistics fix of that evening, so from an overlap read low) 0.3 ran 1.11x
-        against Hugging Face's 0.97x.
+        (0.84x; its calls cost 14% more than fixed k = 2's with the same tokens) where
+        Hugging Face's fell back to autoregressive decoding (1.02x). In forced-length runs
+        (64 tokens, no EOS, T = 1; before the statistics fix of that evening, so from an
+        overlap read low) 0.3 ran 1.11x against Hugging Face's 0.97x. Those 14% were not
+        the adaptive loop: every speculative auto request built its rows' first horizons
+        with an eager Fill op, 0.5-6 ms right after a decode (fixed 2026-12-05 night;
+        since then an auto loop drafting like fixed k = 2 runs at its speed, 0.998x).
       initial_k: the horizon of the first request, default min(4, k_max) (later requests
         start from the horizon the previous one ended with).
       fallback: run autoregressive decoding when it measured faster.
@@ -303,8 +305,9 @@ class Controller:
         less (verify rows, V-wide probabilities at T > 0, the rule), measured on the
         embedded pair at T = 1 (64 new tokens, no EOS; drafts counted before the
         statistics fix, equal in both windows): ~2.4 drafts per round in a k_max = 4
-        window ran 1.00x autoregressive speed, in a k_max = 3 window 1.09x, fixed k = 2
-        1.16x. Each window is one more compiled program per prompt bucket, made when first
+        window ran 1.00x autoregressive speed, in a k_max = 3 window 1.09x (both auto runs
+        then paid the eager op of `AutoDraft.draft_cost`'s note), fixed k = 2 1.16x. Each
+        window is one more compiled program per prompt bucket, made when first
         chosen, so the window moves only when another scores `_WINDOW_MARGIN` better."""
         if self.auto.draft_cost is None:
             return int(self.auto.k_max)
