@@ -26,7 +26,6 @@ elsewhere in memory), so read ratios within that as equal.
         --json bench/results/auto_overhead.json
 """
 
-import platform
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -103,11 +102,7 @@ def main(argv=None):
         target, draft, pool = speedup_lib.load_pair_and_prompts(args)
     records = run(target, draft, pool, args.k, args.temperatures, args.max_new_tokens,
                   args.repeats, args.seed, speedup_lib.jit_compile(args))
-    timing.print_table(records, COLUMNS)
-    timing.write_json(args.json, {
-        "target": args.target, "draft": args.draft, "prompts": args.prompts,
-        "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed,
-        "machine": platform.machine(), "records": records})
+    speedup_lib.print_and_write(args, records, COLUMNS)
 
 
 if __name__ == "__main__":

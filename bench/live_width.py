@@ -26,7 +26,6 @@ entries anyway.
 """
 
 import argparse
-import platform
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -144,11 +143,7 @@ def main(argv=None):
             args, max(b for _, b in args.modes))
     records = run(target, draft, pool, args.modes, args.temperatures, args.max_new_tokens,
                   args.repeats, args.seed, speedup_lib.jit_compile(args))
-    timing.print_table(records, COLUMNS)
-    timing.write_json(args.json, {
-        "target": args.target, "draft": args.draft, "prompts": args.prompts,
-        "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed,
-        "machine": platform.machine(), "records": records})
+    speedup_lib.print_and_write(args, records, COLUMNS)
 
 
 if __name__ == "__main__":

@@ -272,6 +272,17 @@ def jit_compile(args) -> Optional[bool]:
     return None if getattr(args, "eager", False) else True
 
 
+def print_and_write(args, records: List[dict], columns: Sequence[str]) -> None:
+    """Prints `records` as a table and writes them to --json with the pair's settings (the
+    flags of `add_pair_args`): what the pair benchmarks that take no flags of their own in
+    the JSON (`bench.live_width`, `bench.auto_overhead`) write."""
+    timing.print_table(records, columns)
+    timing.write_json(args.json, {
+        "target": args.target, "draft": args.draft, "prompts": args.prompts,
+        "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed,
+        "machine": platform.machine(), "records": records})
+
+
 def _real_tokens(gens) -> int:
     return int(sum(np.sum(gen.lengths) for gen in gens))
 
