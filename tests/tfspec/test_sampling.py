@@ -111,7 +111,8 @@ def test_nucleus_cutoff_keeps_the_argmax_even_for_tiny_top_p():
     np.testing.assert_allclose(cutoff[:, 0], [0.7, 1 / 3], rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape", [[3, 8192], [2, 5, 1024], [4, 100], [1, 2049], [7]])
+@pytest.mark.parametrize("shape", [[3, 8192], [2, 5, 1024], [4, 100], [1, 2049], [7],
+                                   [5, 32128], [2, 1000]])
 @pytest.mark.parametrize("jit_compile", [True, False], ids=["xla", "graph"])
 def test_argmax_is_the_first_maximum(shape, jit_compile):
     """Blocked two-level argmax: the first maximum, ties included (rounded values tie often;
@@ -124,3 +125,18 @@ def test_argmax_is_the_first_maximum(shape, jit_compile):
     logits = flat.reshape(shape)
     got = tf.function(sampling.argmax, jit_compile=jit_compile)(tf.constant(logits))
     np.testing.assert_array_equal(got.numpy(), np.argmax(logits, axis=-1))
+
+
+@pytest.mark.parametrize("vocab_size", [32128, 2049, 8192])
+def test_argmax_finds_the_first_maximum_in_the_tail_and_before_it(vocab_size):
+    """V not a multiple of the block leaves a tail searched on its own: a maximum there is
+    found, a tie with the blocks goes to the earlier index, and a row of -inf (all ties)
+    gives index 0, as tf.argmax does."""
+    logits = np.full([3, vocab_size], -np.inf, np.float32)
+    logits[1, :] = 0.0
+    logits[1, vocab_size - 1] = 1.0  # In the partial last block.
+    logits[2, :] = -1.0
+    logits[2, [5, vocab_size - 1]] = 2.0  # A tie between a block and the tail.
+    got = tf.function(sampling.argmax, jit_compile=True)(tf.constant(logits)).numpy()
+    np.testing.assert_array_equal(got, [0, vocab_size - 1, 5])
+    np.testing.assert_array_equal(got, np.argmax(logits, axis=-1))
