@@ -81,6 +81,25 @@ def test_modes_alternate_from_batch_to_batch(spec, make_items):
     assert orders == [["autoregressive", "speculative"], ["speculative", "autoregressive"]] * 2
 
 
+@pytest.mark.parametrize("num_modes", [3, 5, 10])
+def test_mode_order_puts_every_mode_everywhere_and_after_many_others(num_modes):
+    """Per block of len(modes) batches every mode runs once in every position; across
+    blocks a mode's predecessor changes (a fixed cyclic rotation gives each mode one
+    predecessor only, which fails this)."""
+    modes = [f"m{i}" for i in range(num_modes)]
+    orders = [generation.mode_order(modes, b, seed=0) for b in range(8 * num_modes)]
+    for order in orders:
+        assert sorted(order) == sorted(modes)
+    for start in range(0, len(orders), num_modes):
+        block = orders[start:start + num_modes]
+        for position in range(num_modes):
+            assert sorted(o[position] for o in block) == sorted(modes)
+    predecessors = {(o[i - 1], o[i]) for o in orders for i in range(1, num_modes)}
+    before_m1 = {before for before, after in predecessors if after == "m1"}
+    assert len(before_m1) >= min(3, num_modes - 1)
+    assert orders == [generation.mode_order(modes, b, seed=0) for b in range(len(orders))]
+
+
 def test_compilation_is_not_timed(spec, make_items):
     # A sampling setting no other test uses forces a new compiled program.
     generator = generation.Generator(spec)
