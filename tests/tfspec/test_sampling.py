@@ -127,16 +127,16 @@ def test_argmax_is_the_first_maximum(shape, jit_compile):
     np.testing.assert_array_equal(got.numpy(), np.argmax(logits, axis=-1))
 
 
-@pytest.mark.parametrize("vocab_size", [32128, 2049, 8192])
-def test_argmax_finds_the_first_maximum_in_the_tail_and_before_it(vocab_size):
-    """V not a multiple of the block leaves a tail searched on its own: a maximum there is
-    found, a tie with the blocks goes to the earlier index, and a row of -inf (all ties)
-    gives index 0, as tf.argmax does."""
+@pytest.mark.parametrize("vocab_size", [32128, 32100, 2049, 8192, 1000])
+def test_argmax_finds_the_last_entry_and_the_first_of_ties(vocab_size):
+    """Whatever blocks V splits into (t5's 32128: 251 of 128; 32100 and 2049: none, plain
+    tf.argmax): a maximum in the very last entry is found, a tie between the first block
+    and the last entry goes to the earlier index, and a row of -inf (all ties) gives 0."""
     logits = np.full([3, vocab_size], -np.inf, np.float32)
     logits[1, :] = 0.0
-    logits[1, vocab_size - 1] = 1.0  # In the partial last block.
+    logits[1, vocab_size - 1] = 1.0
     logits[2, :] = -1.0
-    logits[2, [5, vocab_size - 1]] = 2.0  # A tie between a block and the tail.
+    logits[2, [5, vocab_size - 1]] = 2.0
     got = tf.function(sampling.argmax, jit_compile=True)(tf.constant(logits)).numpy()
     np.testing.assert_array_equal(got, [0, vocab_size - 1, 5])
     np.testing.assert_array_equal(got, np.argmax(logits, axis=-1))
