@@ -87,7 +87,7 @@ bool ParseDims(const char* opaque, size_t len, Dims* d) {
          d->k > 0 && d->n > 0;
 }
 
-// PanelAvx2, one panel for R <= 6 rows (PanelAvx512 takes up to 12):
+// PanelAvx2, one panel for R <= 6 rows (PanelsAvx512 takes up to 12):
 // y[r, c0 .. c0 + 16) = x[r, :] . panel, r < R, where panel is [K, 16] contiguous (columns
 // c0 .. c0 + 15 of w). Each weight is loaded once for all R rows; the R x 16 accumulators
 // are named registers (an array of __m256 was spilled to the stack on every k by GCC 12).
@@ -138,36 +138,12 @@ __attribute__((target("avx512f"))) inline __m512 LoadRow512(const uint16_t* row)
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16));
 }
 
-// PanelAvx2's product with one 16-float register per row: up to 12 rows per pass over the
-// panel, and half the instructions per row. The same FMA chain over k per element, so the
-// results are bit for bit those of PanelAvx2 and PanelScalar.
-template <int R, typename W>
-__attribute__((target("avx512f"))) void PanelAvx512(const float* x, long k_dim,
-                                                   const W* panel, float* y, long n_dim,
-                                                   long columns) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (long k = 0; k < k_dim; ++k) {
-    Prefetch(panel, k);
-    const __m512 w = LoadRow512(panel + k * kPanel);
-    // Fully unrolled, so the R accumulators stay in registers.
-#pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * k_dim + k]), w, acc[r]);
-    }
-  }
-  // The last panel of an N that is not a multiple of 16 stores only its `columns`.
-  const __mmask16 mask =
-      columns == kPanel ? static_cast<__mmask16>(0xFFFF)
-                        : static_cast<__mmask16>((1u << columns) - 1u);
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * n_dim, mask, acc[r]);
-}
-
-// PanelAvx512 over NP consecutive panels at once: each broadcast of x[r, k] feeds NP
-// FMAs, and each thread keeps NP weight streams in flight and NP x R independent FMA chains
-// (one chain per output element, the same FMAs over k in order as PanelAvx512, so the same
-// bits). `columns` applies to the last of the NP panels.
+// PanelAvx2's product with one 16-float register per row and panel, over NP consecutive
+// panels at once: up to 12 rows per pass (6 over four panels), and half the instructions
+// per row. Each broadcast of x[r, k] feeds NP FMAs, and a thread keeps NP weight streams in
+// flight and NP x R independent FMA chains. The same FMA chain over k per element, so the
+// results are bit for bit those of PanelAvx2 and PanelScalar. `columns` applies to the
+// last of the NP panels (an N that is not a multiple of 16 stores only those).
 template <int R, int NP, typename W>
 __attribute__((target("avx512f"))) void PanelsAvx512(const float* x, long k_dim,
                                                     const W* panel, float* y, long n_dim,
@@ -272,23 +248,21 @@ enum Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 int BestIsa() { return kHasAvx512 ? kAvx512 : kHasAvx2 ? kAvx2 : kScalar; }
 std::atomic<int> g_isa{BestIsa()};
 
-template <typename W>
-void PanelAvx512Rows(int rows, const float* x, long k_dim, const W* panel, float* y,
-                     long n_dim, long columns) {
-  switch (rows) {
-    case 1: PanelAvx512<1, W>(x, k_dim, panel, y, n_dim, columns); break;
-    case 2: PanelAvx512<2, W>(x, k_dim, panel, y, n_dim, columns); break;
-    case 3: PanelAvx512<3, W>(x, k_dim, panel, y, n_dim, columns); break;
-    case 4: PanelAvx512<4, W>(x, k_dim, panel, y, n_dim, columns); break;
-    case 5: PanelAvx512<5, W>(x, k_dim, panel, y, n_dim, columns); break;
-    case 6: PanelAvx512<6, W>(x, k_dim, panel, y, n_dim, columns); break;
-    case 7: PanelAvx512<7, W>(x, k_dim, panel, y, n_dim, columns); break;
-    case 8: PanelAvx512<8, W>(x, k_dim, panel, y, n_dim, columns); break;
-    case 9: PanelAvx512<9, W>(x, k_dim, panel, y, n_dim, columns); break;
-    case 10: PanelAvx512<10, W>(x, k_dim, panel, y, n_dim, columns); break;
-    case 11: PanelAvx512<11, W>(x, k_dim, panel, y, n_dim, columns); break;
-    default: PanelAvx512<12, W>(x, k_dim, panel, y, n_dim, columns); break;
+// The most rows of one PanelsAvx512 pass over np panels: np x rows accumulators + np
+// weights + 1 broadcast within the 32 registers, and at most kMaxRows512.
+constexpr int MaxRows512(int np) { return np >= 4 ? 6 : kMaxRows512; }
+
+// PanelsAvx512<rows, NP> for a rows known only at run time, 1 <= rows <= MaxRows512(NP).
+template <int NP, typename W, int R = 1>
+void PanelsAvx512Rows(int rows, const float* x, long k_dim, const W* panel, float* y,
+                      long n_dim, long columns) {
+  if constexpr (R < MaxRows512(NP)) {
+    if (rows > R) {
+      PanelsAvx512Rows<NP, W, R + 1>(rows, x, k_dim, panel, y, n_dim, columns);
+      return;
+    }
   }
+  PanelsAvx512<R, NP, W>(x, k_dim, panel, y, n_dim, columns);
 }
 
 // Panels [p_begin, p_end) of one register block of `rows` rows on AVX-512, four panels at a
@@ -304,43 +278,19 @@ void PanelsAvx512Block(int rows, const float* x, long k_dim, const W* w_panels, 
     return n_dim - p * kPanel < kPanel ? n_dim - p * kPanel : kPanel;
   };
   long p = p_begin;
-  if (rows <= 6) {
+  if (rows <= MaxRows512(4)) {
     for (; p + 4 <= p_end; p += 4) {
-      const W* panel = w_panels + p * k_dim * kPanel;
-      float* yp = y + p * kPanel;
-      const long columns = columns_of(p + 3);
-      switch (rows) {
-        case 1: PanelsAvx512<1, 4, W>(x, k_dim, panel, yp, n_dim, columns); break;
-        case 2: PanelsAvx512<2, 4, W>(x, k_dim, panel, yp, n_dim, columns); break;
-        case 3: PanelsAvx512<3, 4, W>(x, k_dim, panel, yp, n_dim, columns); break;
-        case 4: PanelsAvx512<4, 4, W>(x, k_dim, panel, yp, n_dim, columns); break;
-        case 5: PanelsAvx512<5, 4, W>(x, k_dim, panel, yp, n_dim, columns); break;
-        default: PanelsAvx512<6, 4, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      }
+      PanelsAvx512Rows<4, W>(rows, x, k_dim, w_panels + p * k_dim * kPanel, y + p * kPanel,
+                             n_dim, columns_of(p + 3));
     }
   }
   for (; p + 2 <= p_end; p += 2) {
-    const W* panel = w_panels + p * k_dim * kPanel;
-    float* yp = y + p * kPanel;
-    const long columns = columns_of(p + 1);
-    switch (rows) {
-      case 1: PanelsAvx512<1, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      case 2: PanelsAvx512<2, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      case 3: PanelsAvx512<3, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      case 4: PanelsAvx512<4, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      case 5: PanelsAvx512<5, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      case 6: PanelsAvx512<6, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      case 7: PanelsAvx512<7, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      case 8: PanelsAvx512<8, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      case 9: PanelsAvx512<9, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      case 10: PanelsAvx512<10, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      case 11: PanelsAvx512<11, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-      default: PanelsAvx512<12, 2, W>(x, k_dim, panel, yp, n_dim, columns); break;
-    }
+    PanelsAvx512Rows<2, W>(rows, x, k_dim, w_panels + p * k_dim * kPanel, y + p * kPanel,
+                           n_dim, columns_of(p + 1));
   }
   for (; p < p_end; ++p) {
-    PanelAvx512Rows(rows, x, k_dim, w_panels + p * k_dim * kPanel, y + p * kPanel, n_dim,
-                    columns_of(p));
+    PanelsAvx512Rows<1, W>(rows, x, k_dim, w_panels + p * k_dim * kPanel, y + p * kPanel,
+                           n_dim, columns_of(p));
   }
 }
 
@@ -361,10 +311,6 @@ void Panels(const float* x, const W* w_panels, float* y, const Dims& d, long p_b
       const W* panel = w_panels + p * d.k * kPanel;
       float* yp = y + r0 * d.n + p * kPanel;
       const long columns = d.n - p * kPanel < kPanel ? d.n - p * kPanel : kPanel;
-      if (isa == kAvx512) {
-        PanelAvx512Rows(rows, xr, d.k, panel, yp, d.n, columns);
-        continue;
-      }
       if (isa == kScalar) {
         PanelScalar(rows, xr, d.k, panel, yp, d.n, columns);
         continue;
