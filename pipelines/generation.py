@@ -259,6 +259,7 @@ def mode_order(modes: Sequence, batch_index: int, seed: int) -> list:
     base = modes[:1] + rest
     return base[shift:] + base[:shift]
 
+
 class Generator:
     """The per-worker model: turns work items into records (see the module docstring)."""
 
