@@ -25,7 +25,12 @@ and per (phase, category) the same sums. The profiler adds ~0.3 ms per iteration
 (measured: a profiled call against an unprofiled one), so compare ops with each other, and
 runs with each other, not with `bench.speedup`'s ms/token.
 
+--adaptive profiles the adaptive loop of `k="auto"` drafting exactly like fixed --k
+(`bench.auto_overhead.forced_auto`: every row's horizon stays k, no fallback), so that a
+profile beside the fixed loop's shows what the adaptive machinery adds op by op.
+
     python -m bench.loop_profile --k 4 --temperature 1
+    python -m bench.loop_profile --k 4 --temperature 1 --adaptive
     python -m bench.loop_profile --k 0 --top 15 --json runs/bench/profile_ar.json
 """
 
@@ -45,6 +50,7 @@ import numpy as np
 
 import tfspec  # First: keeps TensorFlow's native logs quiet (tfspec.quiet).
 import tensorflow as tf  # pylint: disable=g-bad-import-order
+from bench import auto_overhead
 from bench import models as bench_models
 from bench import speedup as speedup_lib
 from bench import timing
@@ -186,10 +192,16 @@ def by_category(records: List[dict], iterations: float) -> List[dict]:
 
 
 def profile(target, draft, prompts, k: int, sampling: tfspec.Sampling, max_new_tokens: int,
-            calls: int, seed: int = 0) -> dict:
-    """Profiles `calls` generate calls of one batch of `prompts` (EOS on, as served)."""
-    kwargs = dict(draft=draft if k else None, k=k, max_new_tokens=max_new_tokens,
-                  sampling=sampling, seed=seed)
+            calls: int, seed: int = 0, adaptive: bool = False) -> dict:
+    """Profiles `calls` generate calls of one batch of `prompts` (EOS on, as served).
+
+    adaptive: profile the adaptive loop forced to draft k every round (k >= 1).
+    """
+    if adaptive and k < 1:
+        raise ValueError("adaptive profiles need k >= 1")
+    kwargs = dict(draft=draft if k else None,
+                  k=auto_overhead.forced_auto(k) if adaptive else k,
+                  max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
     gen = tfspec.generate(target, prompts, **kwargs)  # compiles; panels packed
     tfspec.generate(target, prompts, **kwargs)
     iterations = float(np.max(gen.stats.rounds))
@@ -211,8 +223,11 @@ def profile(target, draft, prompts, k: int, sampling: tfspec.Sampling, max_new_t
     if len(loops) != 1:
         raise RuntimeError(f"expected one compiled loop for the target, found {len(loops)}")
     ids, lengths = generation._prompt_array(prompts, None, target.pad_id)  # pylint: disable=protected-access
-    inputs = (tf.constant(ids, tf.int32), tf.constant(lengths, tf.int32),
-              tf.range(len(prompts), dtype=tf.int64), tf.constant(seed, tf.int64))
+    inputs = [tf.constant(ids, tf.int32), tf.constant(lengths, tf.int32),
+              tf.range(len(prompts), dtype=tf.int64)]
+    if adaptive:  # The adaptive loop's extra input: every row's first horizon.
+        inputs.append(tf.constant(np.full([len(prompts)], k, np.int32)))
+    inputs.append(tf.constant(seed, tf.int64))
     hlo = parse_hlo(loops[0].experimental_get_compiler_ir(*inputs)(stage="optimized_hlo"))
     records = summarize(events, hlo, calls, iterations)
     return {"iterations_per_call": iterations, "records": records,
@@ -228,6 +243,8 @@ def _parse_args(argv=None):
                         help="prompts decoded together (the pool's first ones)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--calls", type=int, default=3, help="profiled generate calls")
+    cli.add_bool(parser, "adaptive", False,
+                 'profile the adaptive loop of k="auto" forced to draft --k every round')
     parser.add_argument("--top", type=int, default=25,
                         help="instructions printed (0: only the per-category sums)")
     return parser.parse_args(argv)
@@ -238,6 +255,9 @@ def main(argv=None) -> int:
     if args.k < 0 or args.calls < 1 or args.batch_size < 1 or args.top < 0:
         return cli.usage_error("python -m bench.loop_profile",
                                "--k and --top must be >= 0, --calls and --batch_size >= 1")
+    if args.adaptive and args.k < 1:
+        return cli.usage_error("python -m bench.loop_profile",
+                               "--adaptive needs --k >= 1 (the horizon it is forced to)")
     with bench_models.exit_on_input_error():
         target, draft, pool = speedup_lib.load_pair_and_prompts(args,
                                                                 min_prompts=args.batch_size)
@@ -245,7 +265,7 @@ def main(argv=None) -> int:
     sampling = tfspec.Sampling(temperature=args.temperature, top_k=args.top_k,
                                top_p=args.top_p)
     result = profile(target, draft, prompts, args.k, sampling, args.max_new_tokens,
-                     args.calls, args.seed)
+                     args.calls, args.seed, args.adaptive)
     print(f"{result['iterations_per_call']:.0f} loop iterations per call; ms per iteration:")
     timing.print_table(result["categories"], CATEGORY_COLUMNS)
     print()
@@ -253,6 +273,7 @@ def main(argv=None) -> int:
         timing.print_table(result["records"][:args.top], COLUMNS)
     timing.write_json(args.json, {"benchmark": "loop_profile", "target": args.target,
                                   "draft": args.draft, "k": args.k,
+                                  "adaptive": args.adaptive,
                                   "batch_size": args.batch_size,
                                   "sampling": sampling.to_dict(), "calls": args.calls,
                                   **result})

@@ -109,16 +109,22 @@ def test_a_table_without_rows_prints_its_header(capsys):
     assert capsys.readouterr().out.split() == ["op", "ms_per_call"]
 
 
-def test_a_negative_top_is_a_usage_error(capsys):
-    assert loop_profile.main(["--top", "-1"]) == 2
-    assert "--k and --top must be >= 0" in capsys.readouterr().err
+@pytest.mark.parametrize("argv,message", [
+    (["--top", "-1"], "--k and --top must be >= 0"),
+    (["--k", "0", "--adaptive"], "--adaptive needs --k >= 1"),
+])
+def test_bad_flags_are_usage_errors(capsys, argv, message):
+    assert loop_profile.main(argv) == 2
+    assert message in capsys.readouterr().err
 
 
-def test_a_profiled_speculative_run(tmp_path):
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_profiled_speculative_run(tmp_path, adaptive):
     path = tmp_path / "profile.json"
     command = [sys.executable, "-m", "bench.loop_profile", "--target", TINY, "--draft",
                TINY_DRAFT, "--k", "2", "--temperature", "1", "--max_new_tokens", "8",
-               "--calls", "2", "--top", "5", "--json", str(path)]
+               "--calls", "2", "--top", "5", "--json", str(path),
+               f"--adaptive={str(adaptive).lower()}"]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     result = subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=600,
                             check=False)
@@ -126,6 +132,7 @@ def test_a_profiled_speculative_run(tmp_path):
     assert "loop iterations per call" in result.stdout
     payload = json.loads(path.read_text())
     assert payload["k"] == 2 and payload["iterations_per_call"] >= 1
+    assert payload["adaptive"] is adaptive
     records = payload["records"]
     assert records and all(r["per_call"] > 0 and r["mean_us"] >= 0 for r in records)
     # Phases come from the HLO's loop structure (unit-tested above on synthetic HLO). In
