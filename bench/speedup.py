@@ -99,7 +99,7 @@ from evals import walltime
 
 AUTO = "auto"  # The --k entry (and record "k") of adaptive draft length, k="auto".
 
-COLUMNS = ["k", "acceptance", "batch_size", "temperature", "ar_ms_per_token", "spec_ms_per_token", "speedup",
+COLUMNS = ["k", "auto_draft_cost", "acceptance", "batch_size", "temperature", "ar_ms_per_token", "spec_ms_per_token", "speedup",
            "acceptance_rate", "beta_mean", "draft_cost_ratio", "predicted_speedup",
            "speedup_over_predicted", "spec_fixed_ms", "round_over_formula", "decode_speedup",
            "decode_over_predicted", "matched_speedup", "speedup_ceiling"]
@@ -152,7 +152,7 @@ def parse_acceptances(text: str) -> List[str]:
 
 
 def _draft_cost(text: str) -> Optional[float]:
-    """--auto_draft_cost: "hf" (None) or a number >= 0."""
+    """One --auto_draft_cost entry: "hf" (None) or a number >= 0."""
     if text.strip().lower() in ("hf", "none"):
         return None
     try:
@@ -162,6 +162,18 @@ def _draft_cost(text: str) -> Optional[float]:
     if not (math.isfinite(value) and value >= 0.0):
         raise argparse.ArgumentTypeError(f"must be hf or a number >= 0, got {text!r}")
     return value
+
+
+def parse_draft_costs(text: str) -> List[Optional[float]]:
+    """--auto_draft_cost: comma-separated entries, each "hf" (None) or a number >= 0.
+
+    Raises:
+      argparse.ArgumentTypeError: a bad entry, or none.
+    """
+    costs = [_draft_cost(item) for item in text.split(",") if item.strip()]
+    if not costs:
+        raise argparse.ArgumentTypeError("needs at least one entry (hf or a number >= 0)")
+    return list(dict.fromkeys(costs))
 
 
 def _positive_int(text: str) -> int:
@@ -241,12 +253,14 @@ def _parse_args(argv=None):
     parser.add_argument("--auto_confidence", type=float,
                         default=adaptive.AutoDraft().confidence,
                         help='the "auto" entry\'s confidence threshold on q(d) (0: none)')
-    parser.add_argument("--auto_draft_cost", type=_draft_cost,
-                        default=adaptive.AutoDraft().draft_cost,
+    parser.add_argument("--auto_draft_cost", type=parse_draft_costs,
+                        default=[adaptive.AutoDraft().draft_cost],
                         help='the "auto" entry\'s horizon schedule: a number c >= 0 (the '
                              "walltime formula's best horizon for each row's running overlap, "
                              "c the cost of one more draft position over a round's) or hf "
-                             "(Hugging Face's +2/-1 schedule)")
+                             "(Hugging Face's +2/-1 schedule); several, comma-separated, "
+                             'time one "auto" entry each, side by side (default: '
+                             f"{adaptive.AutoDraft().draft_cost})")
     cli.add_bool(parser, "auto_fallback", adaptive.AutoDraft().fallback,
                  'let the "auto" entry run autoregressive decoding where that measured '
                  "faster (off: always adaptive speculation)")
@@ -311,7 +325,7 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
             sampling: tfspec.Sampling, max_new_tokens: int, repeats: int, seed: int = 0,
             eos_id="target", jit_compile: Optional[bool] = True,
             fixed_costs: bool = False,
-            auto: Optional[adaptive.AutoDraft] = None,
+            auto=None,
             acceptances: Sequence[str] = (acceptance_lib.EXACT,),
             typical: Optional[acceptance_lib.TypicalAcceptance] = None) -> List[dict]:
     """Times target AR, draft AR and speculative decoding at every k over `batches`.
@@ -319,12 +333,14 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     Each timed call decodes every batch of `batches` (one `generate` call per batch, all of
     one size), so a batch-1 measurement covers the whole prompt pool, not one prompt.
 
-    k may be "auto" (`tfspec.generate(k=auto)`, default `AutoDraft()`; its controllers reset
-    first, so that its
+    k may be "auto" (`tfspec.generate(k=auto)` for `auto`: an `AutoDraft`, default
+    `AutoDraft()`, or a list of them, each timed as an entry of its own; their controllers
+    reset first, so that their
     exploration, both modes measured per prompt bucket, falls into the warm-up and the
     first repeats). Its record's predicted fields are nan (no fixed k), its round fields use
-    the mean drafts per round, and it adds `auto_speculative_fraction` (share of its calls
-    that ran speculatively) and `mean_drafts_per_round`.
+    the mean drafts per round, and it adds `auto_draft_cost` (its `AutoDraft.draft_cost`),
+    `auto_speculative_fraction` (share of its calls that ran speculatively) and
+    `mean_drafts_per_round`.
 
     `acceptances`: the verification rules to time, each at every k ("exact"; "typical" =
     `typical`, default `tfspec.TypicalAcceptance()`, not distribution-preserving above T = 0).
@@ -339,15 +355,17 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     batches = [[list(p) for p in prompts] for prompts in batches]
     if AUTO in ks:
         adaptive.reset()
-    auto = auto or adaptive.AutoDraft()
+    autos = auto_variants(auto)
     alone = bench_models.draft_alone(draft, target)  # A feature draft: its alone() model.
 
     rules = {acceptance_lib.EXACT: acceptance_lib.EXACT,
              acceptance_lib.TYPICAL: typical or acceptance_lib.TypicalAcceptance()}
-    entries = [(k, rule) for rule in acceptances for k in ks]
+    # An AUTO entry of ks becomes one entry per `AutoDraft` variant.
+    entries = [(variant, rule) for rule in acceptances for k in ks
+               for variant in (autos if k == AUTO else [k])]
 
     def call(model, k, d=None, new_tokens=max_new_tokens, rule=acceptance_lib.EXACT):
-        return decode_fn(model, batches, auto if k == AUTO else k, sampling, new_tokens, seed,
+        return decode_fn(model, batches, k, sampling, new_tokens, seed,
                          draft=d, eos_id=eos_id, jit_compile=jit_compile,
                          acceptance=rules[rule])
 
@@ -366,6 +384,16 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
               if fixed_costs else [(nan, nan)] * len(fns))
     return records_from_runs([k for k, _ in entries], batches, sampling, times, gens, phases,
                              acceptances=[rule for _, rule in entries])
+
+
+def auto_variants(auto) -> List[adaptive.AutoDraft]:
+    """The "auto" entries' settings: `auto` (an `AutoDraft`, or a sequence of them) as a
+    list; None: [AutoDraft()]."""
+    if auto is None:
+        return [adaptive.AutoDraft()]
+    if isinstance(auto, adaptive.AutoDraft):
+        return [auto]
+    return list(auto)
 
 
 def decode_fn(model, batches: Sequence[Sequence[Sequence[int]]], k, sampling: tfspec.Sampling,
@@ -392,7 +420,7 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
     """The records of `measure` from its timed calls.
 
     Args:
-      ks: the draft lengths (ints, or AUTO).
+      ks: the draft lengths (ints, or `AutoDraft`s; AUTO: the default `AutoDraft()`).
       batches: the prompt batches every call decoded.
       sampling: the calls' sampling.
       times, gens: median seconds and last results of [target autoregressive, draft alone,
@@ -425,7 +453,9 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
         speculative_rounds = int(np.sum(stats.rounds[stats.drafted > 0]))
         drafts_per_round = (float(np.sum(stats.drafted)) / speculative_rounds
                             if speculative_rounds else float("nan"))
-        auto = k == AUTO
+        auto = k == AUTO or isinstance(k, adaptive.AutoDraft)
+        if k == AUTO:
+            k = adaptive.AutoDraft()
         predicted = nan if auto else _formula_or_nan(a, k, c)
         speedup = ar_ms / spec_ms
         formula_round_s = (drafts_per_round if auto else k) * draft_step_s + target_step_s
@@ -467,6 +497,7 @@ def records_from_runs(ks: Sequence, batches: Sequence[Sequence[Sequence[int]]],
             "speedup_ceiling": ceiling,
             "matched_speedup": matched,
             "mean_drafts_per_round": drafts_per_round,
+            "auto_draft_cost": k.draft_cost if auto else None,
             "auto_speculative_fraction": (modes.count(adaptive.SPECULATIVE) / len(modes)
                                           if auto else nan),
         })
@@ -532,7 +563,7 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
         top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, repeats: int = 3,
         seed: int = 0, target_spec: Optional[str] = None,
         draft_spec: Optional[str] = None, jit_compile: Optional[bool] = True,
-        fixed_costs: bool = False, auto: Optional[adaptive.AutoDraft] = None,
+        fixed_costs: bool = False, auto=None,
         acceptances: Sequence[str] = (acceptance_lib.EXACT,),
         typical: Optional[acceptance_lib.TypicalAcceptance] = None) -> dict:
     """Records for every (k, batch_size, temperature); see the module docstring."""
@@ -544,12 +575,13 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
             records += measure(target, draft, batches, ks, sampling, max_new_tokens, repeats,
                                seed, jit_compile=jit_compile, fixed_costs=fixed_costs,
                                auto=auto, acceptances=acceptances, typical=typical)
-    auto = auto or adaptive.AutoDraft()
+    autos = auto_variants(auto)
     return {"target": target_spec, "draft": draft_spec,
             "draft_kind": bench_models.draft_kind(draft), "max_new_tokens": max_new_tokens,
-            "auto": {"k_max": auto.k_max, "confidence": auto.confidence,
-                     "draft_cost": auto.draft_cost,
-                     "fallback": auto.fallback, "revisit": auto.revisit},
+            # The settings the "auto" entries share; each record has its own draft cost.
+            "auto": {"k_max": autos[0].k_max, "confidence": autos[0].confidence,
+                     "draft_cost": [a.draft_cost for a in autos],
+                     "fallback": autos[0].fallback, "revisit": autos[0].revisit},
             "acceptances": list(acceptances),
             "typical": (None if acceptance_lib.TYPICAL not in acceptances else
                         acceptance_lib.describe(typical or acceptance_lib.TYPICAL)),
@@ -560,9 +592,9 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
 def main(argv=None):
     args = _parse_args(argv)
     try:
-        auto = adaptive.AutoDraft(k_max=args.auto_k_max, confidence=args.auto_confidence,
-                                  draft_cost=args.auto_draft_cost,
-                                  fallback=args.auto_fallback)
+        auto = [adaptive.AutoDraft(k_max=args.auto_k_max, confidence=args.auto_confidence,
+                                   draft_cost=cost, fallback=args.auto_fallback)
+                for cost in args.auto_draft_cost]
         typical = tfspec.TypicalAcceptance(epsilon=args.typical_epsilon,
                                            delta=args.typical_delta)
     except ValueError as error:

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+import tfspec
 from bench import models as bench_models
 from bench import speedup
 from evals import walltime
@@ -87,14 +88,21 @@ def test_matched_speedup_compares_one_request_length():
     assert math.isnan(speedup.matched_speedup(ar, (float("nan"),) * 2 + (60, 150), 31.25))
 
 
-@pytest.mark.parametrize("flags, draft_cost", [([], None), (["--auto_draft_cost", "hf"], None),
-                                               (["--auto_draft_cost", "0.5"], 0.5)])
-def test_auto_draft_cost_flag(flags, draft_cost, tmp_path):
+@pytest.mark.parametrize("flags, draft_costs", [
+    ([], [tfspec.AutoDraft().draft_cost]),
+    (["--auto_draft_cost", "hf"], [None]),
+    (["--auto_draft_cost", "0.5"], [0.5]),
+    (["--auto_draft_cost", "hf,0.5,hf"], [None, 0.5]),  # One "auto" record each.
+])
+def test_auto_draft_cost_flag(flags, draft_costs, tmp_path):
     out = tmp_path / "speedup.json"
-    speedup.main(["--target", TINY, "--draft", TINY_DRAFT, "--k", "auto", "--temperature", "1",
-                  "--max_new_tokens", "4", "--repeats", "1", "--num_prompts", "1", "--eager",
-                  "--json", str(out)] + flags)
-    assert json.loads(out.read_text())["auto"]["draft_cost"] == draft_cost
+    speedup.main(["--target", TINY, "--draft", TINY_DRAFT, "--k", "1,auto", "--temperature",
+                  "1", "--max_new_tokens", "4", "--repeats", "1", "--num_prompts", "1",
+                  "--eager", "--json", str(out)] + flags)
+    payload = json.loads(out.read_text())
+    assert payload["auto"]["draft_cost"] == draft_costs
+    assert [(r["k"], r["auto_draft_cost"]) for r in payload["records"]] == (
+        [(1, None)] + [("auto", cost) for cost in draft_costs])
 
 
 def test_parse_random_config_overrides_and_decoder_layers():
@@ -234,7 +242,8 @@ def test_auto_is_a_k_entry_with_its_own_record(tmp_path):
 @pytest.mark.parametrize("flags", [["--k", "0"], ["--k", "two"], ["--k", "1,-3"], ["--k", ""],
                                    ["--k", "auto", "--auto_confidence", "1.5"],
                                    ["--k", "auto", "--auto_draft_cost", "-1"],
-                                   ["--k", "auto", "--auto_draft_cost", "cheap"]])
+                                   ["--k", "auto", "--auto_draft_cost", "cheap"],
+                                   ["--k", "auto", "--auto_draft_cost", ","]])
 def test_bad_k_lists_are_one_line_errors(flags, capsys):
     with pytest.raises(SystemExit) as exit_info:
         speedup.main(["--target", TINY, "--draft", TINY_DRAFT] + flags)
