@@ -99,7 +99,8 @@ from evals import walltime
 
 AUTO = "auto"  # The --k entry (and record "k") of adaptive draft length, k="auto".
 
-COLUMNS = ["k", "auto_draft_cost", "acceptance", "batch_size", "temperature", "ar_ms_per_token", "spec_ms_per_token", "speedup",
+COLUMNS = ["k", "auto_draft_cost", "acceptance", "batch_size", "temperature",
+           "ar_ms_per_token", "spec_ms_per_token", "speedup",
            "acceptance_rate", "beta_mean", "draft_cost_ratio", "predicted_speedup",
            "speedup_over_predicted", "spec_fixed_ms", "round_over_formula", "decode_speedup",
            "decode_over_predicted", "matched_speedup", "speedup_ceiling"]

@@ -5,11 +5,10 @@ Two levels, neither of which changes the output distribution:
 * Within a request (compiled, `decoding.decode_loop` with `LoopConfig.adaptive`): every row
   drafts up to its own horizon, stops after a draft its draft model is unsure of
   (q(d) < `confidence`, Hugging Face's `assistant_confidence_threshold`), and after each
-  round takes, with `draft_cost` = c (the default), the walltime formula's best draft
-  length at its running overlap, (1 + a + ... + a^h) / (1 + h c), within [1, the
-  request's window], or with `draft_cost=None` moves it by Hugging Face's
-  `num_assistant_tokens` schedule (+ 2 after a fully accepted horizon, - 1 after a
-  rejection). The
+  round moves its horizon by Hugging Face's `num_assistant_tokens` schedule (+ 2 after a
+  fully accepted horizon, - 1 after a rejection; the default) or, with `draft_cost` = c,
+  takes the walltime formula's best draft length at its running overlap,
+  (1 + a + ... + a^h) / (1 + h c), within [1, the request's window]. The
   window is compiled; the verify is window + 1 wide (static shapes), but a T5 target on
   CPU multiplies only each row's first 1 + (its drafts) entries (`live_width`, see
   `decoding.decode_loop`).
@@ -18,7 +17,8 @@ Two levels, neither of which changes the output distribution:
   length at the overlap its last requests measured, else k_max; `Controller.window`: a wide
   window costs its width even where rows draft less), carries the horizon from one
   request to the next, and decides per request between adaptive speculative decoding and
-  plain autoregressive decoding from what both measured (`Controller.choose`): it explores both modes (alternating, `explore` requests each),
+  plain autoregressive decoding from what both measured (`Controller.choose`): it
+  explores both modes (alternating, `explore` requests each),
   then runs the one whose fitted request time is lower, and measures the slower one again
   at requests `revisit`, 2 `revisit`, 4 `revisit`, ..., so a workload whose acceptance
   changes is noticed, at a cost that shrinks as the workload runs. Calls that compiled a
@@ -103,25 +103,30 @@ class AutoDraft:
         None: Hugging Face's `num_assistant_tokens` schedule (+ 2 after a fully accepted
         horizon, - 1 after a rejection) in a k_max window, which measures nothing and
         settles where a full acceptance is about a third likely (h ~ 3 at a = 0.67),
-        whatever a draft position costs. Default 0.5, what a draft position costs the
-        embedded pair in whole rounds: at T = 1, k = 2 rounds cost ~1.5x k = 1 rounds
-        (`bench.speedup`: 2.23 against 1.71 tokens per round at 1.02x against 1.23x), so
-        the formula picks h = 1 at a = 0.67, 3-4 at a >= 0.9 (greedy), where Hugging
-        Face's schedule drafts ~2.9 per round at T = 1, the k at which fixed k runs 0.82x.
-        Side by side, 8 held-out prompts (`python -m bench.speedup --k 1,2,3,4,auto
-        --temperature 0,1 --repeats 7 --auto_draft_cost hf,0.5`, 2026-12-06): greedy
-        1.14x with 0.5 against 1.11x (best fixed k 1.20x); T = 1 both controllers settled
-        on autoregressive decoding (0.85x and 0.89x in a run where two copies of one mode
-        differ by ~6%). In an ad hoc run of 9 repeats that morning, greedy 1.16x against
-        1.19x (best fixed 1.22x), T = 1 **1.21x** (window 1) against 1.01x (fixed k = 1:
-        1.25x). Where the controller speculates at T = 1, 0.5 drafts what the best
-        fixed k drafts; where it falls back, both run alike. Before the eager Fill op below was
-        fixed, a 0.3 controller's calls cost 14% more than fixed k = 2's with the same
-        tokens, which made Hugging Face's schedule the default then: every speculative
-        auto request built its rows' first horizons with an eager Fill op, 0.5-6 ms right
-        after a decode (fixed 2026-12-05 night; since then an auto loop drafting like
-        fixed k runs at its speed: `bench.auto_overhead`, and `bench.loop_profile
-        --adaptive` beside the fixed loop: +0.07 ms in a 1.93 ms round at T = 1, k = 4).
+        whatever a draft position costs. Default None. 0.5 is what a draft position
+        costs the embedded pair in whole rounds: at T = 1, k = 2 rounds cost ~1.5x k = 1
+        rounds (`bench.speedup`: 2.23 against 1.71 tokens per round at 1.02x against
+        1.23x), so the formula picks h = 1 at a = 0.67, 3-4 at a >= 0.9 (greedy), where
+        Hugging Face's schedule drafts ~2.9 per round at T = 1, the k at which fixed k runs
+        0.82x. Side by side, 8 held-out prompts (`python -m bench.speedup --k
+        1,2,3,4,auto --temperature 0,1 --repeats 7 --auto_draft_cost hf,0.5`,
+        2026-12-06): greedy 1.14x with 0.5 against 1.11x (best fixed k 1.20x); T = 1 both
+        controllers settled on autoregressive decoding (0.85x and 0.89x in a run where two
+        copies of one mode differ by ~6%). In an ad hoc run of 9 repeats that morning,
+        greedy 1.16x against 1.19x (best fixed 1.22x), T = 1 1.21x (window 1) against
+        1.01x (fixed k = 1: 1.25x). So where the controller speculates at T = 1, 0.5
+        drafts what the best fixed k drafts, and where it falls back both run alike. Not
+        the default yet: a float also compiles one loop per window (1 .. k_max, per
+        prompt bucket; `evals` warms them all up), which took the two test workers'
+        memory past this machine's 24 GiB near the end of the suite (12.5 + 11.4 GB; a
+        worker keeps the XLA programs it compiled; +7.5% in three auto-heavy test files
+        run alone), and its T = 1 gain showed in one of two runs. Before the eager Fill op
+        below was fixed, a 0.3 controller's calls cost 14% more than fixed k = 2's with
+        the same tokens: every speculative auto request built its rows' first horizons
+        with an eager Fill op, 0.5-6 ms right after a decode (fixed 2026-12-05 night;
+        since then an auto loop drafting like fixed k runs at its speed:
+        `bench.auto_overhead`, and `bench.loop_profile --adaptive` beside the fixed loop:
+        +0.07 ms in a 1.93 ms round at T = 1, k = 4).
       initial_k: the horizon of the first request, default min(4, k_max) (later requests
         start from the horizon the previous one ended with).
       fallback: run autoregressive decoding when it measured faster.
@@ -132,7 +137,7 @@ class AutoDraft:
 
     k_max: int = 4
     confidence: float = 0.0
-    draft_cost: Optional[float] = 0.5
+    draft_cost: Optional[float] = None
     initial_k: Optional[int] = None
     fallback: bool = True
     explore: int = 4
