@@ -53,6 +53,20 @@ def save_medusa_heads(directory, target_spec=TINY, seed=3, **overrides) -> str:
     return tfspec.save_model(MedusaHeads(config, seed=seed), str(directory))
 
 
+def assert_usage_error(main_fn, *args: str, capsys, expect=("error:",)) -> None:
+    """`main_fn(args)` (a benchmark's `main`) exits with status 2 before any work, each
+    string of `expect` on stderr: the in-process form of `assert_fails_in_one_line`, for
+    the flags that fail in argument parsing (a subprocess imports TensorFlow: seconds)."""
+    import pytest  # pylint: disable=import-outside-toplevel
+
+    with pytest.raises(SystemExit) as exit_info:
+        main_fn(list(args))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    for text in expect:
+        assert text in err, err
+
+
 def assert_fails_in_one_line(module: str, *args: str, expect=("error:",)) -> None:
     """`python -m MODULE ARGS...` exits with status 2, no traceback, each string of
     `expect` on stderr."""

@@ -7,7 +7,8 @@ import tensorflow as tf
 
 from bench import amx
 from bench import models as bench_models
-from tests.bench.bench_fixtures import TINY, TINY_DRAFT, assert_fails_in_one_line
+from tests.bench.bench_fixtures import (TINY, TINY_DRAFT, assert_fails_in_one_line,
+                                         assert_usage_error)
 from tfspec import kernels
 
 needs_amx = pytest.mark.skipif(not kernels.amx_available(),
@@ -44,11 +45,14 @@ def test_one_record_per_mode_comparing_the_copy_without_amx():
 
 
 @needs_amx
-def test_a_target_without_amx_panels_is_refused_in_one_line():
-    """A random float32 target has no bfloat16 weight values, so no AMX panels."""
-    assert_fails_in_one_line("bench.amx", "--target", TINY, "--draft", TINY_DRAFT,
-                             "--modes", "0@1", "--max_new_tokens", "2", "--repeats", "1",
-                             "--num_prompts", "1", expect=("has no AMX panels",))
+def test_a_target_without_amx_panels_is_refused_before_the_benchmark_runs(capsys,
+                                                                        monkeypatch):
+    """A random float32 target has no bfloat16 weight values, so no AMX panels: refused
+    in one line before anything is decoded."""
+    monkeypatch.setattr(amx, "run", lambda *args, **kwargs: pytest.fail("benchmark ran"))
+    assert_usage_error(amx.main, "--target", TINY, "--draft", TINY_DRAFT, "--modes", "0@1",
+                       "--max_new_tokens", "2", "--repeats", "1", "--num_prompts", "1",
+                       capsys=capsys, expect=("has no AMX panels",))
 
 
 def test_without_amx_it_says_so_in_one_line(monkeypatch):
@@ -57,5 +61,6 @@ def test_without_amx_it_says_so_in_one_line(monkeypatch):
 
 
 @pytest.mark.parametrize("flag", ["--modes=4@0", "--temperatures=warm"])
-def test_bad_flags_fail_in_one_line(flag):
-    assert_fails_in_one_line("bench.amx", flag)
+def test_bad_flags_fail_in_one_line(flag, capsys):
+    assert_usage_error(amx.main, flag, capsys=capsys)
+

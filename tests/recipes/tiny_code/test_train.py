@@ -94,34 +94,6 @@ def test_medusa_stage_trains_heads_on_the_finished_target_and_exports_them(tiny_
 TE_CONFIG = os.path.join(os.path.dirname(CONFIG), "zoo_tiny_code_draft_te.py")
 
 
-def test_target_encoder_draft_stage_trains_and_exports_a_draft_with_an_adapter(tiny_data,
-                                                                              tmp_path):
-    from tfspec import checkpoints
-    workdir, zoo = str(tmp_path / "work"), str(tmp_path / "zoo")
-    for stage in ("target", "draft"):
-        main(["--config", CONFIG + ":smoke", "--workdir", workdir, "--stage", stage,
-              "--max_steps", "1"] + FLAGS)
-    flags = ["--config", TE_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
-             "--set", "target_encoder_draft.warmup_steps=1"] + FLAGS
-    results = main(flags + ["--stage", "target_encoder_draft", "--max_steps", "2"])
-    assert results["target_encoder_draft"]["steps"] == 2
-    log = trainer_lib.read_log(os.path.join(workdir, "target_encoder_draft", "log.jsonl"))
-    assert {"loss", "kl", "overlap"} <= set(log[0])
-    # The target's own continuations join the corpus (the smoke recipe asks for 4).
-    generated = distill.load_examples(
-        os.path.join(workdir, "target_encoder_draft", stages.GENERATED_FILE))
-    assert len(generated) == 4
-    exported = main(flags + ["--stage", "target_encoder_draft_export"])[
-        "target_encoder_draft_export"]
-    out = os.path.join(zoo, "tiny-code-draft")
-    card = open(os.path.join(out, "MODEL_CARD.md")).read()
-    assert "reads the target's encoder output" in card and exported["size_mb"] < 15
-    assert os.path.exists(os.path.join(out, checkpoints.TARGET_ENCODER_FILE))
-    assert checkpoints.load_model(out).reads_target_encoder
-    rates = exported["acceptance"]["tiny-code-draft"]
-    assert [row["temperature"] for row in rates] == [0.0, 1.0]
-
-
 def test_target_encoder_adapter_stage_writes_the_adapter_beside_the_exported_draft(
         tiny_data, tmp_path):
     from tfspec import checkpoints
@@ -139,20 +111,38 @@ def test_target_encoder_adapter_stage_writes_the_adapter_beside_the_exported_dra
     assert set(metrics["acceptance"]) == {"target encoder", "own encoder"}
 
 
-def test_target_encoder_stages_refuse_a_draft_that_already_reads_one(tiny_data, tmp_path):
-    """The exported draft is not a starting point (init_from), and the adapter-only stage
-    does not overwrite its fine-tuned adapter with a least-squares one."""
+def test_target_encoder_draft_stage_trains_exports_then_refuses_to_start_again(tiny_data,
+                                                                                tmp_path):
+    """The stage trains a draft that reads the target's encoder and exports it with its
+    adapter. The exported draft is then not a starting point (init_from), and the
+    adapter-only stage does not overwrite its fine-tuned adapter with a least-squares one.
+    (One flow: each stage needs the ones before it, which cost most of the time.)"""
+    from tfspec import checkpoints
     workdir, zoo = str(tmp_path / "work"), str(tmp_path / "zoo")
     main(["--config", CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
           "--max_steps", "1"] + FLAGS)  # target, draft, export
     exported = os.path.join(zoo, "tiny-code-draft")
     before = open(os.path.join(exported, "MODEL_CARD.md")).read().splitlines()[2]
-    flags = ["--config", TE_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo] + FLAGS
-    main(flags + ["--stage", "target_encoder_draft", "--max_steps", "1"])
-    main(flags + ["--stage", "target_encoder_draft_export"])
+    flags = ["--config", TE_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
+             "--set", "target_encoder_draft.warmup_steps=1"] + FLAGS
+    results = main(flags + ["--stage", "target_encoder_draft", "--max_steps", "2"])
+    assert results["target_encoder_draft"]["steps"] == 2
+    log = trainer_lib.read_log(os.path.join(workdir, "target_encoder_draft", "log.jsonl"))
+    assert {"loss", "kl", "overlap"} <= set(log[0])
+    # The target's own continuations join the corpus (the smoke recipe asks for 4).
+    generated = distill.load_examples(
+        os.path.join(workdir, "target_encoder_draft", stages.GENERATED_FILE))
+    assert len(generated) == 4
+    exported_metrics = main(flags + ["--stage", "target_encoder_draft_export"])[
+        "target_encoder_draft_export"]
     # The export replaced the draft; its card keeps the one it replaced, once.
     card = open(os.path.join(exported, "MODEL_CARD.md")).read()
+    assert "reads the target's encoder output" in card and exported_metrics["size_mb"] < 15
     assert card.count(target_encoder_lib.BEFORE_HEADING) == 1 and before in card
+    assert os.path.exists(os.path.join(exported, checkpoints.TARGET_ENCODER_FILE))
+    assert checkpoints.load_model(exported).reads_target_encoder
+    rates = exported_metrics["acceptance"]["tiny-code-draft"]
+    assert [row["temperature"] for row in rates] == [0.0, 1.0]
     with pytest.raises(FileExistsError, match="already reads its target's encoder"):
         main(flags + ["--stage", "target_encoder_adapter"])
     with pytest.raises(ValueError, match="already reads its target's encoder"):
