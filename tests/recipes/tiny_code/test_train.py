@@ -72,6 +72,12 @@ def test_a_capped_stage_is_continued_by_a_longer_run(tiny_data, tmp_path):
     assert steps == [1, 3]
 
 
+def _train_stage(flags, workdir, stage, steps):
+    """Runs one training stage for `steps` steps (it must take them all); returns its log."""
+    assert main(flags + ["--stage", stage, "--max_steps", str(steps)])[stage]["steps"] == steps
+    return trainer_lib.read_log(os.path.join(workdir, stage, "log.jsonl"))
+
+
 MEDUSA_CONFIG = os.path.join(os.path.dirname(CONFIG), "zoo_tiny_code_medusa.py")
 
 
@@ -82,9 +88,7 @@ def test_medusa_stage_trains_heads_on_the_finished_target_and_exports_them(tiny_
           "--max_steps", "1"] + FLAGS)
     medusa = ["--config", MEDUSA_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
               "--set", "medusa.warmup_steps=1"] + FLAGS
-    results = main(medusa + ["--stage", "medusa", "--max_steps", "2"])
-    assert results["medusa"]["steps"] == 2
-    log = trainer_lib.read_log(os.path.join(workdir, "medusa", "log.jsonl"))
+    log = _train_stage(medusa, workdir, "medusa", 2)
     assert {"overlap_1", "overlap_3", "greedy_match_3"} <= set(log[0])
     exported = main(medusa + ["--stage", "medusa_export"])["medusa_export"]
     card = open(os.path.join(zoo, "tiny-code-medusa", "MODEL_CARD.md")).read()
@@ -125,9 +129,7 @@ def test_target_encoder_draft_stage_trains_exports_then_refuses_to_start_again(t
     before = open(os.path.join(exported, "MODEL_CARD.md")).read().splitlines()[2]
     flags = ["--config", TE_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
              "--set", "target_encoder_draft.warmup_steps=1"] + FLAGS
-    results = main(flags + ["--stage", "target_encoder_draft", "--max_steps", "2"])
-    assert results["target_encoder_draft"]["steps"] == 2
-    log = trainer_lib.read_log(os.path.join(workdir, "target_encoder_draft", "log.jsonl"))
+    log = _train_stage(flags, workdir, "target_encoder_draft", 2)
     assert {"loss", "kl", "overlap"} <= set(log[0])
     # The target's own continuations join the corpus (the smoke recipe asks for 4).
     generated = distill.load_examples(
