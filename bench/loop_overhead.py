@@ -18,6 +18,8 @@ zoo:tiny-code-target tokenizer; its vocabulary must fit the target's, else a one
 naming the file and line (exit status 2). --preset also takes `T5Config` overrides,
 PRESET:key=val,... (as bench/models.py's random: specs).
 
+All modes are timed in alternation, medians over --repeats (`bench.timing.interleaved_runs`).
+
 Random weights make the draft's acceptance near zero, so rounds ~= tokens; that is what is
 wanted here: every round pays for a full draft block and a full (k + 1)-position verify.
 """
@@ -117,13 +119,15 @@ def run(preset, ks, max_new_tokens: int, prompt_length: int, repeats: int,
     def rounds_of(gens):
         return sum(int(gen.stats.rounds[0]) for gen in gens)
 
-    ar_time, ar_gens = timing.best_time(call(target, 0), repeats)
-    draft_time, _ = timing.best_time(call(draft, 0), repeats)
-    ar_step = ar_time / rounds_of(ar_gens)
-    draft_step = draft_time / (max_new_tokens * len(pool))  # No EOS: every row is full length.
+    # Every mode in alternation (`timing.interleaved_runs`): the step's time moves by up to ~40%
+    # between runs minutes apart on a shared machine (t5-base: 12.2-17.5 ms), and timing the
+    # modes one after the other put that drift into the ratio.
+    fns = [call(target, 0), call(draft, 0)] + [call(target, k, draft) for k in ks]
+    times, results = timing.interleaved_runs(fns, repeats)
+    ar_step = times[0] / rounds_of(results[0])
+    draft_step = times[1] / (max_new_tokens * len(pool))  # No EOS: every row is full length.
     records = []
-    for k in ks:
-        spec_time, gens = timing.best_time(call(target, k, draft), repeats)
+    for k, spec_time, gens in zip(ks, times[2:], results[2:]):
         rounds = rounds_of(gens)
         round_time = spec_time / rounds
         records.append({
