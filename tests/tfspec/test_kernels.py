@@ -310,6 +310,43 @@ def _model(seed, vocab=37):
     return T5(config, seed=seed)
 
 
+def _batched(x, y, isa="avx512"):
+    with kernels.instruction_set(isa):
+        fn = tf.function(kernels.batched_matmul, jit_compile=True, autograph=False)
+        return fn(tf.constant(x), tf.constant(y)).numpy()
+
+
+# (leading, M, K, N): decode attention's scores ([B, H, W, d_kv] x [B, H, d_kv, L]) and
+# values ([B, H, W, L] x [B, H, L, d_kv]); N not a multiple of 16 or 64 leaves masked columns,
+# M = 13 takes three AVX-512 row blocks, and 12 x 5 x 64 x 60 MACs split across threads.
+_BATCHED_SHAPES = [((12,), 5, 64, 60), ((1, 6), 5, 300, 64), ((2, 3), 13, 64, 17),
+                   ((3,), 7, 5, 129), ((1,), 1, 64, 1)]
+
+
+@pytest.mark.parametrize("leading,m,k,n", _BATCHED_SHAPES)
+def test_batched_matmul_rows_are_the_same_bits_alone_on_every_path(leading, m, k, n):
+    """Each output is the FMA chain over K in order: row w of a window is bitwise the row
+    computed alone, on every instruction set, and close to the float64 product."""
+    rng = np.random.default_rng(m * 1000 + n)
+    x = rng.standard_normal(leading + (m, k)).astype(np.float32)
+    y = rng.standard_normal(leading + (k, n)).astype(np.float32)
+    together = _batched(x, y)
+    np.testing.assert_allclose(together, np.matmul(x.astype(np.float64), y.astype(np.float64)),
+                               rtol=1e-5, atol=1e-5 * np.sqrt(k))
+    for isa in kernels.INSTRUCTION_SETS:
+        np.testing.assert_array_equal(_batched(x, y, isa), together, err_msg=isa)
+    for w in range(m):
+        np.testing.assert_array_equal(_batched(x[..., w:w + 1, :], y)[..., 0, :],
+                                      together[..., w, :])
+
+
+def test_batched_matmul_refuses_mismatched_operands():
+    with pytest.raises(ValueError, match="per leading index"):
+        kernels.batched_matmul(tf.zeros([2, 3, 4]), tf.zeros([2, 5, 6]))
+    with pytest.raises(ValueError, match="per leading index"):
+        kernels.batched_matmul(tf.zeros([2, 3, 4]), tf.zeros([3, 4, 6]))
+
+
 def test_t5_decode_with_and_without_the_kernel_agree():
     model = _model(3)
     prompts = [[5, 6, 7, 8], [9, 10]]

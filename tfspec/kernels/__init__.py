@@ -349,6 +349,35 @@ def matmul(x: tf.Tensor, kernel_panels: tf.Tensor, n_dim: int,
     return tf.reshape(y, list(leading) + [n_dim])
 
 
+BATCHED_TARGET_NAME = "tfspec_batched_matmul_f32"
+
+
+def batched_matmul(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    """x float32 [..., M, K] @ y float32 [..., K, N] -> float32 [..., M, N], one product per
+    leading index (static shapes, the same leading dimensions on both).
+
+    For decode attention: per batch row and head, the window's queries against the keys
+    laid out [d_kv, L], then its probabilities against the values [L, d_kv]. XLA:CPU runs
+    a one-row product of these as a GEMV but a few-row one as a batched GEMM that costs ~4x
+    as much (see `tfspec_batched_matmul_f32` in rows_matmul.cc); here each output element is
+    the float32 FMA chain over K in order, so a row gets the same bits alone or in a window.
+
+    Only inside an XLA-compiled function on CPU, with `enabled()` True.
+    """
+    if x.shape[:-2] != y.shape[:-2] or x.shape[-1] != y.shape[-2]:
+        raise ValueError(f"cannot multiply {x.shape} by {y.shape} per leading index")
+    leading = x.shape[:-2]
+    groups = 1
+    for d in leading:
+        groups *= d
+    (m, k), n = x.shape[-2:], y.shape[-1]
+    flat_x = tf.reshape(tf.cast(x, tf.float32), [groups, m, k])
+    flat_y = tf.reshape(tf.cast(y, tf.float32), [groups, k, n])
+    (out,) = _custom_call([flat_x, flat_y], BATCHED_TARGET_NAME, f"{groups},{m},{k},{n}",
+                          False, [tf.float32], [[groups, m, n]])
+    return tf.reshape(out, list(leading) + [m, n])
+
+
 AMX_TARGET_NAME = "tfspec_amx_matmul"
 AMX_DEPTH = 32
 """k per AMX tile row: `amx_panels` pad K to a multiple of it."""

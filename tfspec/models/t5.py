@@ -461,6 +461,14 @@ class T5(keras.Model):
         def product(h, layer_panels, columns):
             return kernels.matmul(h, layer_panels, columns, live_width)
 
+        # With the panels (a decode call in an XLA program on CPU), attention over keys laid
+        # out [d_kv, L] (a cache prepared for windows, the transposed cross keys) goes
+        # through `kernels.batched_matmul` too: XLA's batched GEMM for a 5-row verify cost
+        # ~4x its one-row GEMV (t5-base, bench.loop_profile: 2.0 against 0.54 ms for a
+        # round's 48 attention dots). A one-position step over an autoregressive cache
+        # keeps XLA's GEMV over keys [L, d_kv]: that cache laid out for the kernel cost a
+        # whole-cache copy per layer and step (in-place updates of the minor dimension).
+        kernel_attention = panels is not None and compute == tf.float32
         # A window of several positions reads the transposed cross keys (see T5Context).
         wide = (context.cross_keys_transposed is not None and x.shape[1] is not None
                 and x.shape[1] > 1)
@@ -489,7 +497,8 @@ class T5(keras.Model):
                     keys = tf.tensor_scatter_nd_update(cache.keys[i], write_indices, keys)
                 new_keys.append(keys)
                 new_values.append(values)
-            heads = attend(query, keys, values, bias, self_mask, keys_transposed=transposed)
+            heads = attend(query, keys, values, bias, self_mask, keys_transposed=transposed,
+                           kernel_products=kernel_attention and transposed)
             if panels is not None:
                 x = x + product(block.self_attention.merge_heads(heads), panels[i].self_out,
                                 d_model)
@@ -504,7 +513,7 @@ class T5(keras.Model):
                 query = block.cross_attention.query(h)
             keys = context.cross_keys_transposed[i] if wide else context.cross_keys[i]
             heads = attend(query, keys, context.cross_values[i], None, cross_mask,
-                           keys_transposed=wide)
+                           keys_transposed=wide, kernel_products=kernel_attention and wide)
             if panels is not None:
                 x = x + product(block.cross_attention.merge_heads(heads), panels[i].cross_out,
                                 d_model)

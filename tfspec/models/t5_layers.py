@@ -25,6 +25,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfspec import kernels
+
 # Logit given to masked-out attention slots. A finite value (not -inf) so that a row whose
 # keys are all masked yields a uniform distribution rather than NaN; with float32 softmax any
 # unmasked score wins by exp(1e9) and masked slots get probability exactly 0.
@@ -109,7 +111,7 @@ def relative_position_bucket(relative_position: tf.Tensor, bidirectional: bool,
 
 def attend(query: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
            bias: Optional[tf.Tensor], mask: tf.Tensor,
-           keys_transposed: bool = False) -> tf.Tensor:
+           keys_transposed: bool = False, kernel_products: bool = False) -> tf.Tensor:
     """Multi-head attention core with additive bias and a boolean mask (no 1/sqrt(d) scale).
 
     Every tensor is head-major ([B, H, ...]): the two dots then have their batch dimensions
@@ -127,18 +129,29 @@ def attend(query: tf.Tensor, keys: tf.Tensor, values: tf.Tensor,
       keys_transposed: whether `keys` is [B, H, d_kv, L], the layout a window of several
         queries reads without a transpose (`T5Context.cross_keys_transposed`,
         `T5Cache.keys_transposed`).
+      kernel_products: compute both products with `tfspec.kernels.batched_matmul` (float32,
+        `keys_transposed`, inside an XLA program where `kernels.enabled()`): a few-row
+        window then costs about what one row does, and a row's attention is the same bits
+        alone or in a window.
 
     Returns:
       [B, H, W, d_kv] in the dtype of `values`.
     """
-    equation = "bhwd,bhdl->bhwl" if keys_transposed else "bhwd,bhld->bhwl"
-    scores = tf.cast(tf.einsum(equation, query, keys), tf.float32)
+    if kernel_products:
+        if not keys_transposed:
+            raise ValueError("kernel_products needs the keys laid out [B, H, d_kv, L]")
+        scores = kernels.batched_matmul(query, keys)
+    else:
+        equation = "bhwd,bhdl->bhwl" if keys_transposed else "bhwd,bhld->bhwl"
+        scores = tf.cast(tf.einsum(equation, query, keys), tf.float32)
     if bias is not None:
         scores = scores + bias
     # tf.where (not an additive mask): masked slots get a fixed score whatever the stale cache
     # slot holds, so garbage keys beyond a row's length cannot leak through overflow.
     scores = tf.where(mask, scores, _MASKED_SCORE)
     probs = tf.nn.softmax(scores, axis=-1)
+    if kernel_products:
+        return tf.cast(kernels.batched_matmul(probs, values), values.dtype)
     return tf.einsum("bhwl,bhld->bhwd", tf.cast(probs, values.dtype), values)
 
 
