@@ -85,6 +85,7 @@ models accept almost nothing, so their speed-up is below 1 by design (a cost che
 import argparse
 import math
 import platform
+import sys
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -92,9 +93,11 @@ import numpy as np
 import tfspec
 from tfspec import acceptance as acceptance_lib
 from tfspec import adaptive
+from tfspec import generation
 from bench import models as bench_models
 from bench import timing
 from evals import cli
+from evals import memory_maps
 from evals import walltime
 
 AUTO = "auto"  # The --k entry (and record "k") of adaptive draft length, k="auto".
@@ -590,6 +593,18 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
             "machine": platform.processor() or platform.machine(), "records": records}
 
 
+def memory_map_note(pool: Sequence[Sequence[int]], args) -> Optional[str]:
+    """`evals.memory_maps.memory_map_note` for the programs this run compiles: one per mode
+    (autoregressive, each k and acceptance rule, each auto schedule), temperature, batch
+    size and prompt bucket, twice with --fixed_costs (a second request length)."""
+    modes = 1 + len(args.k) * len(args.acceptance) + (len(args.auto_draft_cost) - 1) * any(
+        k == AUTO for k in args.k)
+    buckets = len({generation.prompt_bucket(len(p) or 1) for p in pool})
+    programs = (modes * len(_floats(args.temperature)) * len(_ints(args.batch_size)) * buckets
+                * (2 if args.fixed_costs else 1))
+    return memory_maps.memory_map_note(programs)
+
+
 def main(argv=None):
     args = _parse_args(argv)
     try:
@@ -604,6 +619,9 @@ def main(argv=None):
         raise SystemExit(cli.usage_error("python -m bench.speedup", message)) from None
     with bench_models.exit_on_input_error():
         target, draft, pool = load_pair_and_prompts(args)
+    note = memory_map_note(pool, args)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     result = run(target, draft, pool, args.k, _ints(args.batch_size),
                  _floats(args.temperature), args.top_k, args.top_p, args.max_new_tokens,
                  args.repeats, args.seed, args.target, args.draft, jit_compile(args),

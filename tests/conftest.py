@@ -55,16 +55,16 @@ def pytest_report_header(config):
     compiles hundreds of XLA programs, and LLVM's JIT aborts the worker when it runs out of
     memory maps (`.ci/run` raises the limit where it may)."""
     del config
-    from evals.orchestration import runner  # pylint: disable=import-outside-toplevel
+    from evals import memory_maps  # pylint: disable=import-outside-toplevel
     try:
-        with open(runner.MAX_MAP_COUNT_PATH, encoding="ascii") as f:
+        with open(memory_maps.MAX_MAP_COUNT_PATH, encoding="ascii") as f:
             limit = int(f.read().strip())
     except (OSError, ValueError):
         return None
-    if limit >= runner.SAFE_MAX_MAP_COUNT:
+    if limit >= memory_maps.SAFE_MAX_MAP_COUNT:
         return None
     return (f"vm.max_map_count is {limit}: a test worker may abort when LLVM runs out of "
-            f"memory maps; as root, sysctl -w vm.max_map_count={runner.SAFE_MAX_MAP_COUNT}")
+            f"memory maps; as root, sysctl -w vm.max_map_count={memory_maps.SAFE_MAX_MAP_COUNT}")
 
 
 def pytest_generate_tests(metafunc):

@@ -26,6 +26,7 @@ from typing import Any, List, Optional, Tuple
 from apache_beam.options import pipeline_options as beam_options
 
 from evals import datasources
+from evals import memory_maps
 from evals import provenance
 from evals import records
 from evals import summary as summary_lib
@@ -167,30 +168,12 @@ def _prompt_buckets(examples, models, spec: RunSpec) -> set:
         for e in examples}
 
 
-MAX_MAP_COUNT_PATH = "/proc/sys/vm/max_map_count"
-SAFE_MAX_MAP_COUNT = 262144
-MANY_PROGRAMS = 100
-"""Decoding programs above which LLVM's JIT may run out of memory maps at Linux's default
-vm.max_map_count (65530): the sampled docsum K sweep (10 modes x 12 buckets) stopped with
-"LLVM ERROR: Unable to allocate section memory" at 45 of 60 examples, twice."""
-
-
-def memory_map_note(num_programs: int, path: str = MAX_MAP_COUNT_PATH) -> Optional[str]:
-    """One line for a run that compiles MANY_PROGRAMS or more decoding programs on a machine
-    whose vm.max_map_count is below SAFE_MAX_MAP_COUNT; None otherwise (or if unreadable)."""
-    if num_programs < MANY_PROGRAMS:
-        return None
-    try:
-        with open(path, encoding="ascii") as f:
-            limit = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    if limit >= SAFE_MAX_MAP_COUNT:
-        return None
-    return (f"this run compiles ~{num_programs} decoding programs (modes x prompt buckets); "
-            f"with vm.max_map_count {limit} LLVM can run out of memory maps and stop it "
-            f"(--resume then continues); as root, sysctl -w vm.max_map_count="
-            f"{SAFE_MAX_MAP_COUNT} avoids that")
+def memory_map_note(num_programs: int, path: Optional[str] = None) -> Optional[str]:
+    """`evals.memory_maps.memory_map_note` for a run's modes x prompt buckets (a run it
+    stops continues with --resume)."""
+    return memory_maps.memory_map_note(num_programs, path,
+                                       what="decoding programs (modes x prompt buckets)",
+                                       after_stop=" (--resume then continues)")
 
 
 def _compiled_k(k) -> int:

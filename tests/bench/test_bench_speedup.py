@@ -9,6 +9,7 @@ import pytest
 import tfspec
 from bench import models as bench_models
 from bench import speedup
+from evals import memory_maps
 from evals import walltime
 from tests.bench.bench_fixtures import (CONTRACT_KEYS, FOREIGN, TINY, TINY_DRAFT,
                                         save_feature_draft)
@@ -66,6 +67,23 @@ def test_split_phases_recovers_fixed_and_per_iteration_costs(fixed, per_iteratio
     one = calls * fixed + calls * per_iteration
     got = speedup.split_phases(full, one, iterations, calls)
     assert got == pytest.approx((per_iteration, fixed))
+
+
+def test_a_run_of_many_programs_notes_a_low_memory_map_limit(tmp_path, monkeypatch):
+    """The published sweep (~120 programs over these buckets) crashed LLVM at Linux's
+    default limit; the note names the fix, and a small run or a raised limit gets none."""
+    limit = tmp_path / "max_map_count"
+    limit.write_text("65530\n")
+    monkeypatch.setattr(memory_maps, "MAX_MAP_COUNT_PATH", str(limit))
+    pool = [[5] * n for n in (18, 24, 236, 309)]
+    sweep = speedup._parse_args(["--k", "1,2,3,4,5,6,7,8,auto", "--temperature", "0,1",
+                                 "--fixed_costs", "true"])
+    note = speedup.memory_map_note(pool, sweep)
+    assert note and "\n" not in note and "sysctl -w vm.max_map_count=262144" in note
+    assert "--resume" not in note
+    assert speedup.memory_map_note(pool, speedup._parse_args(["--k", "4"])) is None
+    limit.write_text(str(memory_maps.SAFE_MAX_MAP_COUNT))
+    assert speedup.memory_map_note(pool, sweep) is None
 
 
 def test_split_phases_is_nan_without_a_second_iteration():

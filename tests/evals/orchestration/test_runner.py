@@ -8,6 +8,7 @@ import pytest
 from evals.orchestration.spec import UsageError
 from evals.orchestration.spec import build_run_spec
 from pipelines import outputs
+from evals import memory_maps
 from evals.orchestration import runner
 
 
@@ -40,8 +41,8 @@ def test_prepare_counts_the_decoding_programs_modes_times_prompt_buckets(pair, t
 
 
 @pytest.mark.parametrize("programs, limit, noted", [
-    (120, "65530", True), (runner.MANY_PROGRAMS, "65530\n", True), (99, "65530", False),
-    (120, str(runner.SAFE_MAX_MAP_COUNT), False), (120, "not a number", False)])
+    (120, "65530", True), (memory_maps.MANY_PROGRAMS, "65530\n", True), (99, "65530", False),
+    (120, str(memory_maps.SAFE_MAX_MAP_COUNT), False), (120, "not a number", False)])
 def test_memory_map_note_for_many_programs_under_a_low_map_limit(tmp_path, programs, limit,
                                                                  noted):
     path = tmp_path / "max_map_count"
@@ -49,7 +50,8 @@ def test_memory_map_note_for_many_programs_under_a_low_map_limit(tmp_path, progr
     note = runner.memory_map_note(programs, str(path))
     assert (note is not None) == noted
     if noted:
-        assert "\n" not in note and f"~{programs} decoding programs" in note
+        assert "\n" not in note and f"~{programs} decoding programs (modes x" in note
+        assert "--resume then continues" in note
         assert "vm.max_map_count 65530" in note and "vm.max_map_count=262144" in note
     assert runner.memory_map_note(500, str(tmp_path / "absent")) is None
 
