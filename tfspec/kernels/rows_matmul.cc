@@ -48,6 +48,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace xla {
@@ -252,17 +253,27 @@ std::atomic<int> g_isa{BestIsa()};
 // weights + 1 broadcast within the 32 registers, and at most kMaxRows512.
 constexpr int MaxRows512(int np) { return np >= 4 ? 6 : kMaxRows512; }
 
-// PanelsAvx512<rows, NP> for a rows known only at run time, 1 <= rows <= MaxRows512(NP).
-template <int NP, typename W, int R = 1>
-void PanelsAvx512Rows(int rows, const float* x, long k_dim, const W* panel, float* y,
-                      long n_dim, long columns) {
-  if constexpr (R < MaxRows512(NP)) {
+// Calls fn(std::integral_constant<int, R>()) with R == rows, 1 <= rows <= MaxR: a row count
+// known only at run time selects the kernel compiled for it, whose R x NP accumulators are
+// then named registers.
+template <int MaxR, int R = 1, typename Fn>
+void WithRows(int rows, const Fn& fn) {
+  if constexpr (R < MaxR) {
     if (rows > R) {
-      PanelsAvx512Rows<NP, W, R + 1>(rows, x, k_dim, panel, y, n_dim, columns);
+      WithRows<MaxR, R + 1>(rows, fn);
       return;
     }
   }
-  PanelsAvx512<R, NP, W>(x, k_dim, panel, y, n_dim, columns);
+  fn(std::integral_constant<int, R>());
+}
+
+// PanelsAvx512<rows, NP> for a rows known only at run time, 1 <= rows <= MaxRows512(NP).
+template <int NP, typename W>
+void PanelsAvx512Rows(int rows, const float* x, long k_dim, const W* panel, float* y,
+                      long n_dim, long columns) {
+  WithRows<MaxRows512(NP)>(rows, [&](auto r) {
+    PanelsAvx512<decltype(r)::value, NP, W>(x, k_dim, panel, y, n_dim, columns);
+  });
 }
 
 // Panels [p_begin, p_end) of one register block of `rows` rows on AVX-512, four panels at a
@@ -602,18 +613,6 @@ __attribute__((target("avx512f"))) void DenseAvx512(const float* x, long k_dim,
   }
 }
 
-template <int R = 1>
-void DenseAvx512Rows(int rows, const float* x, long k_dim, const float* y, long n_dim,
-                     float* out, long c0, long cols) {
-  if constexpr (R < kDenseRows512) {
-    if (rows > R) {
-      DenseAvx512Rows<R + 1>(rows, x, k_dim, y, n_dim, out, c0, cols);
-      return;
-    }
-  }
-  DenseAvx512<R>(x, k_dim, y, n_dim, out, c0, cols);
-}
-
 // The AVX2 path: 16 columns (two 8-float registers) per block, up to 6 rows.
 constexpr long kDenseBlock256 = 16;
 
@@ -644,18 +643,6 @@ __attribute__((target("avx2,fma"))) void DenseAvx2(const float* x, long k_dim,
   }
 }
 
-template <int R = 1>
-void DenseAvx2Rows(int rows, const float* x, long k_dim, const float* y, long n_dim,
-                   float* out, long c0, long cols) {
-  if constexpr (R < kMaxRows) {
-    if (rows > R) {
-      DenseAvx2Rows<R + 1>(rows, x, k_dim, y, n_dim, out, c0, cols);
-      return;
-    }
-  }
-  DenseAvx2<R>(x, k_dim, y, n_dim, out, c0, cols);
-}
-
 // One product's columns [c_begin, c_end) for all of its rows.
 void DenseColumns(const float* x, const float* y, float* out, long m, long k_dim, long n_dim,
                   long c_begin, long c_end) {
@@ -681,9 +668,13 @@ void DenseColumns(const float* x, const float* y, float* out, long m, long k_dim
     for (long c0 = c_begin; c0 < c_end; c0 += block) {
       const long cols = c_end - c0 < block ? c_end - c0 : block;
       if (isa == kAvx512) {
-        DenseAvx512Rows(rows, xr, k_dim, y, n_dim, outr, c0, cols);
+        WithRows<kDenseRows512>(rows, [&](auto r) {
+          DenseAvx512<decltype(r)::value>(xr, k_dim, y, n_dim, outr, c0, cols);
+        });
       } else {
-        DenseAvx2Rows(rows, xr, k_dim, y, n_dim, outr, c0, cols);
+        WithRows<kMaxRows>(rows, [&](auto r) {
+          DenseAvx2<decltype(r)::value>(xr, k_dim, y, n_dim, outr, c0, cols);
+        });
       }
     }
   }
