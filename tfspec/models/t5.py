@@ -466,8 +466,9 @@ class T5(keras.Model):
         # through `kernels.batched_matmul` too: XLA's batched GEMM for a 5-row verify cost
         # ~4x its one-row GEMV (t5-base, bench.loop_profile: 2.0 against 0.54 ms for a
         # round's 48 attention dots). A one-position step over an autoregressive cache
-        # keeps XLA's GEMV over keys [L, d_kv]: that cache laid out for the kernel cost a
-        # whole-cache copy per layer and step (in-place updates of the minor dimension).
+        # keeps XLA's GEMV over keys [L, d_kv]: with that cache laid out for the kernel, the
+        # compiled loop copied every layer's key cache on every step (bench.loop_profile:
+        # 0.25 ms per t5-base step), more than the kernel saved.
         kernel_attention = panels is not None and compute == tf.float32
         # A window of several positions reads the transposed cross keys (see T5Context).
         wide = (context.cross_keys_transposed is not None and x.shape[1] is not None
