@@ -95,38 +95,24 @@ class AutoDraft:
         (2026-12-04, `--k 4,auto --auto_fallback false --temperature 1`, one run per
         threshold): T = 1 auto / k = 4 in the same run 0.84 and 0.83 at 0.3 (beta 0.43),
         0.92 at 0 (beta 0.54): still off.
-      draft_cost: how a row's horizon moves from round to round. A float c: the walltime
-        formula's best horizon for the row's running overlap a, argmax over h of
-        (1 + a + ... + a^h) / (1 + h c), c being what one more draft position (a draft step
-        and a verify row) costs over the rest of a round; each request's window is then
-        also the formula's best at the overlap of the last requests (`Controller.window`).
-        None: Hugging Face's `num_assistant_tokens` schedule (+ 2 after a fully accepted
-        horizon, - 1 after a rejection) in a k_max window, which measures nothing and
-        settles where a full acceptance is about a third likely (h ~ 3 at a = 0.67),
-        whatever a draft position costs. Default None. 0.5 is what a draft position
-        costs the embedded pair in whole rounds: at T = 1, k = 2 rounds cost ~1.5x k = 1
-        rounds (`bench.speedup`: 2.23 against 1.71 tokens per round at 1.02x against
-        1.23x), so the formula picks h = 1 at a = 0.67, 3-4 at a >= 0.9 (greedy), where
-        Hugging Face's schedule drafts ~2.9 per round at T = 1, the k at which fixed k runs
-        0.82x. Side by side, 8 held-out prompts (`python -m bench.speedup --k
-        1,2,3,4,auto --temperature 0,1 --repeats 7 --auto_draft_cost hf,0.5`,
-        2026-12-06): greedy 1.14x with 0.5 against 1.11x (best fixed k 1.20x); T = 1 both
-        controllers settled on autoregressive decoding (0.85x and 0.89x in a run where two
-        copies of one mode differ by ~6%). In an ad hoc run of 9 repeats that morning,
-        greedy 1.16x against 1.19x (best fixed 1.22x), T = 1 1.21x (window 1) against
-        1.01x (fixed k = 1: 1.25x). So where the controller speculates at T = 1, 0.5
-        drafts what the best fixed k drafts, and where it falls back both run alike. Not
-        the default yet: a float also compiles one loop per window (1 .. k_max, per
-        prompt bucket; `evals` warms them all up), which took the two test workers'
-        memory past this machine's 24 GiB near the end of the suite (12.5 + 11.4 GB; a
-        worker keeps the XLA programs it compiled; +7.5% in three auto-heavy test files
-        run alone), and its T = 1 gain showed in one of two runs. Before the eager Fill op
-        below was fixed, a 0.3 controller's calls cost 14% more than fixed k = 2's with
-        the same tokens: every speculative auto request built its rows' first horizons
-        with an eager Fill op, 0.5-6 ms right after a decode (fixed 2026-12-05 night;
-        since then an auto loop drafting like fixed k runs at its speed:
-        `bench.auto_overhead`, and `bench.loop_profile --adaptive` beside the fixed loop:
-        +0.07 ms in a 1.93 ms round at T = 1, k = 4).
+      draft_cost: how a row's horizon moves from round to round.
+        None (the default): Hugging Face's `num_assistant_tokens` schedule, + 2 after a
+        fully accepted horizon and - 1 after a rejection, in a k_max window. It measures
+        nothing and settles where a full acceptance is about a third likely (h ~ 3 at
+        a = 0.67), whatever a draft position costs.
+        A float c: the walltime formula's best horizon for the row's running overlap a,
+        argmax over h of (1 + a + ... + a^h) / (1 + h c), c being what one more draft
+        position (a draft step and a verify row) costs over the rest of a round; each
+        request's window is then also the formula's best at the overlap of the last
+        requests (`Controller.window`). 0.5 is what a draft position costs the embedded
+        pair in whole rounds: it picks h = 1 at a = 0.67 (T = 1), 3-4 at a >= 0.9
+        (greedy).
+        A float is not the default: it compiles one loop per window (1 .. k_max, per
+        prompt bucket), which took the two test workers past this machine's 24 GiB, and
+        its T = 1 gain showed in one of two side-by-side runs (`python -m bench.speedup
+        --k 1,2,3,4,auto --temperature 0,1 --auto_draft_cost hf,0.5`; both runs are in
+        the README's measured table). Since the eager-op fix of 2026-12-05, an auto loop
+        that drafts like fixed k runs at its speed (`bench.auto_overhead`: 0.98-1.04).
       initial_k: the horizon of the first request, default min(4, k_max) (later requests
         start from the horizon the previous one ended with).
       fallback: run autoregressive decoding when it measured faster.
