@@ -445,20 +445,28 @@ constexpr long kParallelWork = 1L << 17;
 // the counter is not contended.
 constexpr long kChunksPerThread = 4;
 
+// range_fn(begin, end) over [0, items): with `parallel` (work worth waking a helper for),
+// in about kChunksPerThread consecutive ranges per thread handed out by the pool; else, or
+// when the pool is busy, as one range on this thread.
+template <typename Fn>
+void SplitAcrossThreads(long items, bool parallel, const Fn& range_fn) {
+  Pool& pool = Pool::Get();
+  const int threads = pool.threads();
+  if (parallel && threads > 1 && items >= 2) {
+    long chunks = threads * kChunksPerThread;
+    if (chunks > items) chunks = items;
+    auto chunk = [&](long c) { range_fn(items * c / chunks, items * (c + 1) / chunks); };
+    if (pool.TryRun(chunks, chunk)) return;
+  }
+  range_fn(0, items);
+}
+
 template <typename W>
 void RowsMatmul(const float* x, const W* w_panels, float* y, const Dims& d) {
   const long panels = (d.n + kPanel - 1) / kPanel;
-  Pool& pool = Pool::Get();
-  const int threads = pool.threads();
-  if (threads > 1 && d.m * d.k * d.n >= kParallelWork && panels >= 2) {
-    long chunks = threads * kChunksPerThread;
-    if (chunks > panels) chunks = panels;
-    auto chunk = [&](long c) {
-      Panels(x, w_panels, y, d, panels * c / chunks, panels * (c + 1) / chunks);
-    };
-    if (pool.TryRun(chunks, chunk)) return;
-  }
-  Panels(x, w_panels, y, d, 0, panels);
+  SplitAcrossThreads(panels, d.m * d.k * d.n >= kParallelWork, [&](long begin, long end) {
+    Panels(x, w_panels, y, d, begin, end);
+  });
 }
 
 // The product for the first live[g] rows of every group g of `group` consecutive rows only
@@ -691,17 +699,10 @@ void BatchedMatmul(const float* x, const float* y, float* out, const BatchDims& 
     DenseColumns(x + g * d.m * d.k, y + g * d.k * d.n, out + g * d.m * d.n, d.m, d.k, d.n,
                  c_begin, c_end);
   };
-  Pool& pool = Pool::Get();
-  if (pool.threads() > 1 && jobs > 1 && d.g * d.m * d.k * d.n >= kParallelWork) {
-    // Chunks of consecutive jobs, as the panel products hand out theirs.
-    long chunks = pool.threads() * kChunksPerThread;
-    if (chunks > jobs) chunks = jobs;
-    auto chunk = [&](long c) {
-      for (long j = jobs * c / chunks; j < jobs * (c + 1) / chunks; ++j) job(j);
-    };
-    if (pool.TryRun(chunks, chunk)) return;
-  }
-  for (long j = 0; j < jobs; ++j) job(j);
+  // Jobs are consecutive in g and column block, handed out as the panel products' panels.
+  SplitAcrossThreads(jobs, d.g * d.m * d.k * d.n >= kParallelWork, [&](long begin, long end) {
+    for (long j = begin; j < end; ++j) job(j);
+  });
 }
 
 }  // namespace
