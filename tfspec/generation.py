@@ -410,13 +410,15 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
             distribute_lib.check_placement(strategy, loop_draft, "draft")
         out = distribute_lib.run_split(strategy, run, batched, seed_tensor)
     else:
-        out = {name: value.numpy() for name, value in run(*batched, seed_tensor).items()}
+        out = {name: value.numpy()
+               for name, value in _call_loop(run, batched + [seed_tensor]).items()}
     stale = check_panels and not bool(out.pop("panels_current"))
     if stale:  # The weights changed since the panels were packed: re-pack, run again.
         _refresh_decode_panels(target, loop_draft)
         run = _loop_fn(target, loop_draft, config, jit_compile, accept_fn, draft_sample_fn,
                        check_panels)
-        out = {name: value.numpy() for name, value in run(*batched, seed_tensor).items()
+        out = {name: value.numpy()
+               for name, value in _call_loop(run, batched + [seed_tensor]).items()
                if name != "panels_current"}
     seconds = time.perf_counter() - start
     if controller is not None:
@@ -443,6 +445,30 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
         beta_sum=out["beta_sum"], tokens=out_lengths)
     return Generation(tokens=tokens, lengths=out_lengths, stats=stats, mode=mode,
                       acceptance=rule)
+
+
+# {compiled loop (`tf.function`): {input shapes and dtypes: its ConcreteFunction}}; weak
+# keys, so a loop dropped with its models takes its concrete functions with it.
+_CONCRETE: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _call_loop(run, args: Sequence[tf.Tensor]):
+    """`run(*args)`, for a compiled loop through the concrete function of these input
+    shapes and dtypes (traced on first use, as `run(*args)` would trace it).
+
+    Why: a `tf.function` call canonicalizes its arguments and looks its trace up by a
+    function type that hashes every captured variable, on every call; a concrete function
+    is called directly. An eager loop (a Python function) is called as it is.
+    """
+    get_concrete = getattr(run, "get_concrete_function", None)
+    if get_concrete is None:
+        return run(*args)
+    table = _CONCRETE.setdefault(run, {})
+    signature = tuple((tuple(a.shape), a.dtype) for a in args)
+    concrete = table.get(signature)
+    if concrete is None:
+        concrete = table[signature] = get_concrete(*args)
+    return concrete(*args)
 
 
 def _tracing_count(fn) -> Optional[int]:

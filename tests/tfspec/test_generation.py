@@ -94,6 +94,8 @@ def test_one_trace_per_shape_bucket():
     # A longer prompt moves to the next bucket: one more trace.
     tfspec.generate(target, [[1] * 9], seed=0, **kwargs)
     assert fn.experimental_get_tracing_count() == 2
+    # Each trace is called directly, through its concrete function (`_call_loop`).
+    assert len(generate_lib._CONCRETE[fn]) == 2  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("width,bucket", [(1, 8), (8, 8), (9, 12), (12, 12), (13, 16),
