@@ -83,6 +83,7 @@ models accept almost nothing, so their speed-up is below 1 by design (a cost che
 """
 
 import argparse
+import dataclasses
 import math
 import platform
 import sys
@@ -339,12 +340,14 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
 
     k may be "auto" (`tfspec.generate(k=auto)` for `auto`: an `AutoDraft`, default
     `AutoDraft()`, or a list of them, each timed as an entry of its own; their controllers
-    reset first, so that their
-    exploration, both modes measured per prompt bucket, falls into the warm-up and the
-    first repeats). Its record's predicted fields are nan (no fixed k), its round fields use
-    the mean drafts per round, and it adds `auto_draft_cost` (its `AutoDraft.draft_cost`),
-    `auto_speculative_fraction` (share of its calls that ran speculatively) and
-    `mean_drafts_per_round`.
+    reset first, so that their exploration, both modes measured, falls into the first
+    repeats: the median of 3 repeats still holds it, of 7 it is past it). With
+    `fixed_costs` its one-iteration calls speculate under a controller of their own
+    (`fallback=False`), so that its fixed part is the speculative one and the timed
+    calls' controller learns only from their requests. Its record's predicted fields are
+    nan (no fixed k), its round fields use the mean drafts per round, and it adds
+    `auto_draft_cost` (its `AutoDraft.draft_cost`), `auto_speculative_fraction` (share of
+    its calls that ran speculatively) and `mean_drafts_per_round`.
 
     `acceptances`: the verification rules to time, each at every k ("exact"; "typical" =
     `typical`, default `tfspec.TypicalAcceptance()`, not distribution-preserving above T = 0).
@@ -368,6 +371,15 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     entries = [(variant, rule) for rule in acceptances for k in ks
                for variant in (autos if k == AUTO else [k])]
 
+    def speculating(k):
+        # An auto entry's one-iteration calls must speculate (their time is the speculative
+        # fixed part) and must not teach the timed calls' controller from 1-token requests
+        # that are not the workload's: without the fallback, the `AutoDraft` differs, and
+        # so does its controller (`adaptive.controller`).
+        if isinstance(k, adaptive.AutoDraft):
+            return dataclasses.replace(k, fallback=False)
+        return k
+
     def call(model, k, d=None, new_tokens=max_new_tokens, rule=acceptance_lib.EXACT):
         return decode_fn(model, batches, k, sampling, new_tokens, seed,
                          draft=d, eos_id=eos_id, jit_compile=jit_compile,
@@ -378,7 +390,8 @@ def measure(target, draft, batches: Sequence[Sequence[Sequence[int]]], ks: Seque
     # The same calls stopped after one loop iteration: they split each time into fixed and
     # per-iteration parts (see the module docstring).
     first_fns = ([call(target, 0, new_tokens=1), call(alone, 0, new_tokens=1)]
-                 + [call(target, k, draft, new_tokens=1, rule=rule) for k, rule in entries]
+                 + [call(target, speculating(k), draft, new_tokens=1, rule=rule)
+                    for k, rule in entries]
                  if fixed_costs else [])
     all_times, all_gens = timing.interleaved_runs(fns + first_fns, repeats)
     times, gens = all_times[:len(fns)], all_gens[:len(fns)]

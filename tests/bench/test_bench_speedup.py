@@ -257,6 +257,25 @@ def test_auto_is_a_k_entry_with_its_own_record(tmp_path):
     assert math.isnan(records[0]["auto_speculative_fraction"])
 
 
+def test_auto_one_iteration_calls_speculate_under_a_controller_of_their_own():
+    target = bench_models.load(TINY)
+    draft = bench_models.load(TINY_DRAFT)
+    pool = bench_models.prompts(TINY, target, num_prompts=2, prompt_length=5)
+    greedy = tfspec.Sampling(temperature=0.0)
+    speedup.measure(target, draft, [[p] for p in pool], [speedup.AUTO], greedy,
+                    max_new_tokens=6, repeats=2, eos_id=None, jit_compile=None,
+                    fixed_costs=True)
+    timed = tfspec.adaptive.controller(target, draft, greedy, tfspec.AutoDraft())
+    split = tfspec.adaptive.controller(target, draft, greedy, tfspec.AutoDraft(fallback=False))
+    # The timed calls' controller saw only their 6-token requests, in both modes...
+    timed_tokens = [t for fit in timed.measurements.values() for _, t, _ in fit.window]
+    assert timed_tokens and set(timed_tokens) == {6.0}
+    # ...and the one-iteration calls all speculated, under their own.
+    assert len(split.measurements[tfspec.adaptive.SPECULATIVE]) > 0
+    assert len(split.measurements[tfspec.adaptive.AUTOREGRESSIVE]) == 0
+    assert {t for _, t, _ in split.measurements[tfspec.adaptive.SPECULATIVE].window} == {1.0}
+
+
 @pytest.mark.parametrize("flags", [["--k", "0"], ["--k", "two"], ["--k", "1,-3"], ["--k", ""],
                                    ["--k", "auto", "--auto_confidence", "1.5"],
                                    ["--k", "auto", "--auto_draft_cost", "-1"],
