@@ -152,15 +152,20 @@ def tokens_per_request(latency: Optional[Mapping[str, Any]]) -> Optional[float]:
 
 
 def calibrated_speedup(metrics: Mapping[str, Any], k: int,
-                       calibration: Optional[Mapping[str, Any]]) -> Optional[float]:
-    """The calibrated model at (alpha = beta_mean, k), None if an input is missing."""
+                       calibration: Optional[Mapping[str, Any]],
+                       baseline_latency: Optional[Mapping[str, Any]] = None
+                       ) -> Optional[float]:
+    """The calibrated model at (alpha = beta_mean, k), None if an input is missing; with
+    `baseline_latency`, the autoregressive side at the baseline's own mean request length
+    (`walltime.calibrated_speedup`), as `speedup` measures it."""
     alpha = _finite((metrics.get("acceptance") or {}).get("beta_mean"))
     cost = round_cost(calibration)
     if alpha is None or cost is None:
         return None
     try:
         return walltime.calibrated_speedup(min(max(alpha, 0.0), 1.0), k, cost,
-                                           tokens_per_request(metrics.get("latency")))
+                                           tokens_per_request(metrics.get("latency")),
+                                           tokens_per_request(baseline_latency))
     except ValueError:
         return None
 
@@ -176,9 +181,11 @@ def speedup(baseline_latency: Optional[Mapping[str, Any]],
 
 
 def run_entry(k, metrics: Mapping[str, Any],
-              calibration: Optional[Mapping[str, Any]]) -> dict:
+              calibration: Optional[Mapping[str, Any]],
+              baseline_latency: Optional[Mapping[str, Any]] = None) -> dict:
     """One `runs.*` entry: quality and latency, plus acceptance and the predictions if the
-    mode drafts. k = "auto" has no fixed k for the formulas: its predictions are None."""
+    mode drafts (the calibrated one against `baseline_latency`, the autoregressive mode's,
+    if given). k = "auto" has no fixed k for the formulas: its predictions are None."""
     entry = {"quality": dict(metrics.get("quality") or {}),
              "latency": metrics.get("latency")}
     if records.speculates(k):
@@ -188,7 +195,8 @@ def run_entry(k, metrics: Mapping[str, Any],
         fixed = k != records.AUTO
         entry["predicted_speedup"] = (predicted_speedup(metrics.get("acceptance"), k, c)
                                       if fixed else None)
-        entry["calibrated_speedup"] = (calibrated_speedup(metrics, k, calibration)
+        entry["calibrated_speedup"] = (calibrated_speedup(metrics, k, calibration,
+                                                          baseline_latency)
                                        if fixed else None)
     return entry
 
@@ -212,10 +220,11 @@ def build_summary(header: Mapping[str, Any], modes: Sequence[Tuple[str, int]],
       and `speedup`.
     """
     summary: Dict[str, Any] = {key: header.get(key) for key in HEADER_KEYS}
+    baseline = metrics.get(records.AUTOREGRESSIVE, {}).get("latency")
     runs = {}
     for mode, k in modes:
         if mode in (records.SPECULATIVE, records.AUTOREGRESSIVE, records.COMPLETIONS):
-            runs[mode] = run_entry(k, metrics.get(mode, {}), calibration)
+            runs[mode] = run_entry(k, metrics.get(mode, {}), calibration, baseline)
     summary["runs"] = runs
     summary["speedup"] = speedup(runs.get(records.AUTOREGRESSIVE, {}).get("latency"),
                                  runs.get(records.SPECULATIVE, {}).get("latency"))
@@ -244,7 +253,7 @@ def build_sweep(modes: Sequence[Tuple[str, int]], metrics: Mapping[str, Mapping[
     for k in wanted:
         mode = by_k[k]
         entry = {"k": k, "mode": mode}
-        entry.update(run_entry(k, metrics.get(mode, {}), calibration))
+        entry.update(run_entry(k, metrics.get(mode, {}), calibration, baseline))
         entry["speedup"] = speedup(baseline, entry["latency"]) if 0 in by_k else None
         entries.append(entry)
     return entries

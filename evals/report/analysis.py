@@ -53,7 +53,9 @@ def calibrated_at(run: "Run", entry: Optional[Mapping[str, Any]],
     for k = "auto", which has no fixed k)."""
     if k is None or k == records.AUTO:
         return None
-    return summary_lib.calibrated_speedup(entry or {}, k, run.summary.get("calibration"))
+    baseline = (run.run_entry("autoregressive") or {}).get("latency")
+    return summary_lib.calibrated_speedup(entry or {}, k, run.summary.get("calibration"),
+                                          baseline)
 
 
 def loop_time_ms(entry: Mapping[str, Any], k: int) -> Optional[float]:

@@ -88,6 +88,25 @@ def test_calibrated_costly_verify_and_fixed_costs():
     assert walltime.calibrated_optimal_k(a, ideal) == walltime.optimal_k(a, 0.1)
 
 
+@pytest.mark.parametrize("spec_tokens, ar_tokens", [(20, 20), (16, 24), (30, 12)])
+def test_calibrated_charges_each_mode_its_own_request_length(spec_tokens, ar_tokens):
+    # Sampled answers differ in length between modes; each mode's ms/token spreads its
+    # fixed cost over its own tokens, and the prediction must too.
+    a, k, step = 0.7, 3, 0.002
+    cost = walltime.RoundCost(step, 1.2 * step, 0.1 * step, ar_fixed_s=0.02,
+                              spec_fixed_s=0.021)
+    ar_ms = (cost.ar_fixed_s + ar_tokens * step) / ar_tokens
+    per_round = walltime.expected_tokens_per_round(a, k)
+    spec_ms = (cost.spec_fixed(k) + spec_tokens / per_round * cost.round_s(k)) / spec_tokens
+    assert walltime.calibrated_speedup(a, k, cost, spec_tokens, ar_tokens) == pytest.approx(
+        ar_ms / spec_ms)
+    same = walltime.calibrated_speedup(a, k, cost, spec_tokens)
+    assert walltime.calibrated_speedup(a, k, cost, spec_tokens, spec_tokens) == same
+    # Shorter speculative answers than autoregressive ones measure a lower speed-up.
+    if spec_tokens < ar_tokens:
+        assert walltime.calibrated_speedup(a, k, cost, spec_tokens, ar_tokens) < same
+
+
 @pytest.mark.parametrize("ks", [(1, 4, 8), (2, 5), (1, 2, 3, 4, 5, 6, 7, 8)])
 def test_fit_round_cost_recovers_a_line(ks):
     cost = walltime.fit_round_cost(0.002, {k: 0.003 + 0.0004 * k for k in ks})
