@@ -19,8 +19,10 @@ Conventions:
   at the run's k and alpha: the formula's tokens per round, with the round, step and
   per-request fixed costs the run measured (`calibration.in_run`: lines fitted to its own
   batch-1 requests, `evals.request_cost`; at ks the run did not decode, a line through the
-  measured ones, or the calibration program's slope through the one measured k) and the
-  run's mean tokens per request; with no in-run fit (batched runs), the calibration
+  measured ones, or the calibration program's slope through the one measured k) and each
+  mode's own mean tokens per request (the autoregressive baseline's for its side: sampled
+  answers differ in length by mode, and so does each mode's fixed cost per token); with
+  no in-run fit (batched runs), the calibration
   program's costs (`pipelines.generation`); None without a calibration that measured
   round costs.
 * Metrics that cannot be computed are None (JSON null).
