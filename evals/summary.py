@@ -22,9 +22,8 @@ Conventions:
   measured ones, or the calibration program's slope through the one measured k) and each
   mode's own mean tokens per request (the autoregressive baseline's for its side: sampled
   answers differ in length by mode, and so does each mode's fixed cost per token); with
-  no in-run fit (batched runs), the calibration
-  program's costs (`pipelines.generation`); None without a calibration that measured
-  round costs.
+  no in-run fit (batched runs), the calibration program's costs (`pipelines.generation`);
+  None without a calibration that measured round costs.
 * Metrics that cannot be computed are None (JSON null).
 """
 
