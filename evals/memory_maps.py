@@ -20,6 +20,16 @@ vm.max_map_count (65530): the sampled docsum K sweep (10 modes x 12 buckets) sto
 --fixed_costs true` (~160 programs) with a segmentation fault."""
 
 
+def max_map_count(path: Optional[str] = None) -> Optional[int]:
+    """This machine's vm.max_map_count (from `path`, None: MAX_MAP_COUNT_PATH), or None if
+    it cannot be read."""
+    try:
+        with open(path or MAX_MAP_COUNT_PATH, encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def memory_map_note(num_programs: int, path: Optional[str] = None,
                     what: str = "decoding programs",
                     after_stop: str = "") -> Optional[str]:
@@ -35,12 +45,8 @@ def memory_map_note(num_programs: int, path: Optional[str] = None,
     """
     if num_programs < MANY_PROGRAMS:
         return None
-    try:
-        with open(path or MAX_MAP_COUNT_PATH, encoding="ascii") as f:
-            limit = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    if limit >= SAFE_MAX_MAP_COUNT:
+    limit = max_map_count(path)
+    if limit is None or limit >= SAFE_MAX_MAP_COUNT:
         return None
     return (f"this run compiles ~{num_programs} {what}; with vm.max_map_count {limit} LLVM "
             f"can run out of memory maps and stop it{after_stop}; as root, sysctl -w "

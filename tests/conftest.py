@@ -56,12 +56,8 @@ def pytest_report_header(config):
     memory maps (`.ci/run` raises the limit where it may)."""
     del config
     from evals import memory_maps  # pylint: disable=import-outside-toplevel
-    try:
-        with open(memory_maps.MAX_MAP_COUNT_PATH, encoding="ascii") as f:
-            limit = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    if limit >= memory_maps.SAFE_MAX_MAP_COUNT:
+    limit = memory_maps.max_map_count()
+    if limit is None or limit >= memory_maps.SAFE_MAX_MAP_COUNT:
         return None
     return (f"vm.max_map_count is {limit}: a test worker may abort when LLVM runs out of "
             f"memory maps; as root, sysctl -w vm.max_map_count={memory_maps.SAFE_MAX_MAP_COUNT}")
