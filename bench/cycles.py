@@ -45,6 +45,7 @@ Needs Linux `perf` (Debian: linux-perf) and permission to sample this process
 """
 
 import os
+import platform
 import re
 import shutil
 import signal
@@ -57,6 +58,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import tfspec
 from bench import models as bench_models
 from bench import speedup as speedup_lib
+from bench import timing
 from evals import cli
 
 COLUMNS = ["k", "temperature", "category", "cpu_ms_per_pass", "share", "wall_ms_per_pass",
@@ -190,16 +192,16 @@ def _first_line(path: str) -> str:
 
 
 def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
-        temperature: float = 0.0, max_new_tokens: int = 64, seconds: float = 20.0,
-        frequency: int = 999, seed: int = 0, jit_compile: Optional[bool] = True
-        ) -> List[dict]:
-    """One record per (k, category) (see the module docstring).
+        sampling: Optional[tfspec.Sampling] = None, max_new_tokens: int = 64,
+        seconds: float = 20.0, frequency: int = 999, seed: int = 0,
+        jit_compile: Optional[bool] = True) -> List[dict]:
+    """One record per (k, category) (see the module docstring); `sampling` None: greedy.
 
     Raises:
       PerfError: see `record`.
     """
     perf_binary()  # Fail before compiling anything.
-    sampling = tfspec.Sampling(temperature=temperature)
+    sampling = sampling or tfspec.Sampling(temperature=0.0)
     batches = [[prompt] for prompt in prompt_pool]
     records = []
     for k in ks:
@@ -214,7 +216,7 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
         for category in CATEGORY_NAMES:
             cpu_s = counts[category] / frequency
             records.append({
-                "k": k, "temperature": temperature, "category": category,
+                "k": k, "temperature": sampling.temperature, "category": category,
                 "samples": counts[category],
                 "cpu_ms_per_pass": 1e3 * cpu_s / passes,
                 "share": counts[category] / total,
@@ -226,7 +228,7 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
 
 def _parse_args(argv=None):
     parser = cli.ArgumentParser("python -m bench.cycles", __doc__.split("\n")[0])
-    speedup_lib.add_pair_args(parser)
+    speedup_lib.add_pair_args(parser, repeats=False)
     parser.add_argument("--k", default="0,4",
                         help="comma-separated draft lengths (0: autoregressive)")
     parser.add_argument("--temperature", type=float, default=0.0,
@@ -259,12 +261,20 @@ def main(argv=None):
         sys.exit(f"bench.cycles: {e}")
     with bench_models.exit_on_input_error():
         target, draft, pool = speedup_lib.load_pair_and_prompts(args)
+    sampling = tfspec.Sampling(temperature=args.temperature, top_k=args.top_k,
+                               top_p=args.top_p)
     try:
-        records = run(target, draft, pool, args.k, args.temperature, args.max_new_tokens,
+        records = run(target, draft, pool, args.k, sampling, args.max_new_tokens,
                       args.seconds, args.frequency, args.seed, speedup_lib.jit_compile(args))
     except PerfError as e:
         sys.exit(f"bench.cycles: {e}")
-    speedup_lib.print_and_write(args, records, COLUMNS)
+    timing.print_table(records, COLUMNS)
+    timing.write_json(args.json, {
+        "target": args.target, "draft": args.draft, "prompts": args.prompts,
+        "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+        "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+        "seconds": args.seconds, "frequency": args.frequency,
+        "machine": platform.machine(), "records": records})
 
 
 if __name__ == "__main__":

@@ -211,8 +211,9 @@ def load_pair_and_prompts(args, min_prompts: int = 0):
     return target, draft, pool
 
 
-def add_pair_args(parser: argparse.ArgumentParser) -> None:
-    """The --target/--draft/--dtype/prompt flags every pair benchmark takes."""
+def add_pair_args(parser: argparse.ArgumentParser, repeats: bool = True) -> None:
+    """The --target/--draft/--dtype/prompt flags every pair benchmark takes (and --repeats,
+    unless `repeats` is False: a benchmark that does not repeat timed runs)."""
     parser.add_argument("--target", default=bench_models.DEFAULT_TARGET,
                         help="target SPEC (see bench/models.py)")
     parser.add_argument("--draft", default=bench_models.DEFAULT_DRAFT,
@@ -232,8 +233,9 @@ def add_pair_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt_length", type=int, default=16,
                         help="length of random prompts (random targets without --prompts)")
     parser.add_argument("--max_new_tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed, interleaved repeats after one warm-up")
+    if repeats:
+        parser.add_argument("--repeats", type=int, default=3,
+                            help="timed, interleaved repeats after one warm-up")
     parser.add_argument("--top_k", type=int, default=0)
     parser.add_argument("--top_p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)

@@ -67,6 +67,7 @@ def test_a_real_perf_run_accounts_for_every_mode():
     draft = bench_models.load(TINY_DRAFT, seed=1)
     pool = bench_models.prompts(TINY, target, num_prompts=2, prompt_length=5)
     records = cycles.run(target, draft, pool, [0, 2], max_new_tokens=6, seconds=1.0)
+    assert {r["temperature"] for r in records} == {0.0}
     assert len(records) == 2 * len(cycles.CATEGORY_NAMES)
     for k in (0, 2):
         mode = [r for r in records if r["k"] == k]
