@@ -5,9 +5,10 @@ instructions, and its instrumentation inflates small ones ~2-3x. This samples ev
 process runs instead (the encoders, the decoding loop, the runtime between its ops, the
 kernel's helper threads, Python), at a low rate and with nothing added to the program:
 `perf record -e cpu-clock -F HZ -p <this process>`, whose samples count CPU time on every
-thread. For each mode of --k (0: autoregressive) it decodes the pool twice to compile and
-warm up, then again and again for --seconds under perf, and sorts the samples by (shared
-object, symbol) into the categories of `CATEGORY_NAMES`:
+thread. Every mode of --k (0: autoregressive) decodes the pool twice to compile and warm
+up; then the modes take turns (--alternations times, --seconds in all per mode), each
+decoding the pool again and again under perf, and the samples are sorted by (shared object,
+symbol) into the categories of `CATEGORY_NAMES`:
 
     encoder products     XLA's dots (YNNPACK, Eigen, oneDNN GEMMs) and the kernel's AMX
                          products: with tfspec.kernels on, the decoding loop's products are
@@ -194,8 +195,12 @@ def _first_line(path: str) -> str:
 def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
         sampling: Optional[tfspec.Sampling] = None, max_new_tokens: int = 64,
         seconds: float = 20.0, frequency: int = 999, seed: int = 0,
-        jit_compile: Optional[bool] = True) -> List[dict]:
+        jit_compile: Optional[bool] = True, alternations: int = 3) -> List[dict]:
     """One record per (k, category) (see the module docstring); `sampling` None: greedy.
+
+    The modes are sampled in turn, `alternations` times each for seconds / alternations
+    (every mode compiled first), so that a machine whose speed drifts over minutes weighs
+    on every mode alike.
 
     Raises:
       PerfError: see `record`.
@@ -203,26 +208,36 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
     perf_binary()  # Fail before compiling anything.
     sampling = sampling or tfspec.Sampling(temperature=0.0)
     batches = [[prompt] for prompt in prompt_pool]
+    decodes, generations = {}, {}
+    for k in ks:
+        decodes[k] = speedup_lib.decode_fn(target, batches, k, sampling, max_new_tokens, seed,
+                                           draft=draft if k else None,
+                                           jit_compile=jit_compile)
+        generations[k] = decodes[k]()  # Compiles. One seed: every pass decodes these tokens.
+        decodes[k]()
+    counts = {k: dict.fromkeys(CATEGORY_NAMES, 0) for k in ks}
+    walls, passes = dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0)
+    for _ in range(alternations):
+        for k in ks:
+            segment, wall, calls = record(decodes[k], seconds / alternations, frequency)
+            for category, samples in segment.items():
+                counts[k][category] += samples
+            walls[k] += wall
+            passes[k] += calls
     records = []
     for k in ks:
-        decode = speedup_lib.decode_fn(target, batches, k, sampling, max_new_tokens, seed,
-                                       draft=draft if k else None, jit_compile=jit_compile)
-        generations = decode()  # Compiles.
-        decode()
-        counts, wall, passes = record(decode, seconds, frequency)
-        total = max(sum(counts.values()), 1)
-        tokens = int(sum(g.lengths.sum() for g in generations))
-        rounds = speedup_lib.loop_steps(generations)
+        total = max(sum(counts[k].values()), 1)
+        tokens = int(sum(g.lengths.sum() for g in generations[k]))
+        rounds = speedup_lib.loop_steps(generations[k])
         for category in CATEGORY_NAMES:
-            cpu_s = counts[category] / frequency
             records.append({
                 "k": k, "temperature": sampling.temperature, "category": category,
-                "samples": counts[category],
-                "cpu_ms_per_pass": 1e3 * cpu_s / passes,
-                "share": counts[category] / total,
-                "wall_ms_per_pass": 1e3 * wall / passes,
-                "passes": passes, "tokens_per_pass": tokens, "rounds_per_pass": rounds,
-                "cpu_utilisation": total / frequency / wall})
+                "samples": counts[k][category],
+                "cpu_ms_per_pass": 1e3 * counts[k][category] / frequency / passes[k],
+                "share": counts[k][category] / total,
+                "wall_ms_per_pass": 1e3 * walls[k] / passes[k],
+                "passes": passes[k], "tokens_per_pass": tokens, "rounds_per_pass": rounds,
+                "cpu_utilisation": total / frequency / walls[k]})
     return records
 
 
@@ -237,6 +252,9 @@ def _parse_args(argv=None):
                         help="sampled decoding time per mode")
     parser.add_argument("--frequency", type=int, default=999,
                         help="perf samples per second of CPU time")
+    parser.add_argument("--alternations", type=int, default=3,
+                        help="sample the modes in turn this many times each, for "
+                             "--seconds / this each time")
     args = parser.parse_args(argv)
     try:
         args.k = [int(x) for x in args.k.split(",") if x.strip()]
@@ -248,6 +266,8 @@ def _parse_args(argv=None):
         parser.error("--temperature must be >= 0")
     if args.seconds <= 0:
         parser.error("--seconds must be > 0")
+    if args.alternations < 1:
+        parser.error("--alternations must be >= 1")
     if not 1 <= args.frequency <= 20000:
         parser.error("--frequency must be in 1..20000 (samples per second)")
     return args
@@ -265,7 +285,8 @@ def main(argv=None):
                                top_p=args.top_p)
     try:
         records = run(target, draft, pool, args.k, sampling, args.max_new_tokens,
-                      args.seconds, args.frequency, args.seed, speedup_lib.jit_compile(args))
+                      args.seconds, args.frequency, args.seed, speedup_lib.jit_compile(args),
+                      args.alternations)
     except PerfError as e:
         sys.exit(f"bench.cycles: {e}")
     timing.print_table(records, COLUMNS)
@@ -274,6 +295,7 @@ def main(argv=None):
         "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
         "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
         "seconds": args.seconds, "frequency": args.frequency,
+        "alternations": args.alternations,
         "machine": platform.machine(), "records": records})
 
 

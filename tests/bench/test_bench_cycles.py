@@ -66,7 +66,8 @@ def test_a_real_perf_run_accounts_for_every_mode():
     target = bench_models.load(TINY)
     draft = bench_models.load(TINY_DRAFT, seed=1)
     pool = bench_models.prompts(TINY, target, num_prompts=2, prompt_length=5)
-    records = cycles.run(target, draft, pool, [0, 2], max_new_tokens=6, seconds=1.0)
+    records = cycles.run(target, draft, pool, [0, 2], max_new_tokens=6, seconds=1.0,
+                         alternations=2)
     assert {r["temperature"] for r in records} == {0.0}
     assert len(records) == 2 * len(cycles.CATEGORY_NAMES)
     for k in (0, 2):
@@ -75,7 +76,7 @@ def test_a_real_perf_run_accounts_for_every_mode():
         assert math.isclose(sum(r["share"] for r in mode), 1.0)
         assert sum(r["samples"] for r in mode) > 0
         first = mode[0]
-        assert first["passes"] >= 1 and first["wall_ms_per_pass"] > 0
+        assert first["passes"] >= 2 and first["wall_ms_per_pass"] > 0  # one per turn, or more
         assert first["tokens_per_pass"] > 0 and first["rounds_per_pass"] >= 1
         # The CPU time of every category adds up to the samples over the rate.
         assert math.isclose(sum(r["cpu_ms_per_pass"] for r in mode) * first["passes"],
@@ -94,7 +95,7 @@ def test_a_missing_perf_fails_in_one_line(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("flag", ["--k=-1", "--k=four", "--seconds=0", "--frequency=0",
-                                  "--temperature=-1"])
+                                  "--alternations=0", "--temperature=-1"])
 def test_bad_flags_fail_in_one_line(flag, capsys):
     assert_usage_error(cycles.main, flag, capsys=capsys)
 
