@@ -102,3 +102,16 @@ def test_bad_flags_fail_in_one_line(flag, capsys):
 
 def test_the_command_exits_2_without_a_traceback():
     assert_fails_in_one_line("bench.cycles", "--k=-1")
+
+
+def test_a_perf_that_cannot_record_fails_with_its_reason(monkeypatch, tmp_path):
+    # A stand-in perf that refuses to record, as perf does where perf_event_paranoid forbids.
+    fake = tmp_path / "perf"
+    fake.write_text("#!/bin/sh\necho 'Error: No permission to enable cpu-clock event.' >&2\n"
+                    "exit 255\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    calls = []
+    with pytest.raises(cycles.PerfError, match="perf record failed: Error: No permission"):
+        cycles.record(lambda: calls.append(1), seconds=1.0, frequency=99)
+    assert not calls  # nothing ran unsampled
