@@ -14,8 +14,10 @@ symbol) into the categories of `CATEGORY_NAMES`:
                          products: with tfspec.kernels on, the decoding loop's products are
                          the kernel's, so these are nearly all the per-call encoders and
                          cross-attention keys/values
-    verify products      tfspec.kernels products of 2 or more rows (verify windows)
-    step products        tfspec.kernels products of 1 row (autoregressive and draft steps)
+    products, 2+ rows    tfspec.kernels products of 2 or more rows: at batch 1 the verify
+                         windows; at batch B autoregressive steps multiply B rows too
+    products, 1 row      tfspec.kernels products of 1 row: at batch 1 the autoregressive
+                         and draft steps
     panel fingerprint    the per-call check that the kernel's panels match the weights
     decode attention     tfspec.kernels batched attention products
     XLA fused code       the compiled program's own (JIT) code: fusions, loop control
@@ -28,7 +30,7 @@ symbol) into the categories of `CATEGORY_NAMES`:
 
 One record per (k, category):
 
-    k, temperature      the mode
+    k, temperature      the mode (batch_size: rows per call, --batch_size)
     category            one of CATEGORY_NAMES
     cpu_ms_per_pass     CPU milliseconds per pass over the pool (all threads)
     share               of the mode's CPU time
@@ -40,6 +42,7 @@ The encoders cost the same in every mode; what a round costs beside an autoregre
 is the difference of the loop's categories.
 
     python -m bench.cycles --k 0,4 --seconds 20 --json bench/results/cycles.json
+    python -m bench.cycles --k 0,4 --batch_size 8   # where a batch-8 round's time goes
 
 Needs Linux `perf` (Debian: linux-perf) and permission to sample this process
 (kernel.perf_event_paranoid <= 2, the default).
@@ -78,9 +81,9 @@ def _kernel_product_rows(symbol: str) -> Optional[int]:
 
 
 _RULES: Tuple[Tuple[str, Callable[[str, str], bool]], ...] = (
-    ("verify products", lambda dso, sym: _kernel(dso) and (
+    ("products, 2+ rows", lambda dso, sym: _kernel(dso) and (
         (_kernel_product_rows(sym) or 0) >= 2 or "PanelScalar" in sym)),
-    ("step products", lambda dso, sym: _kernel(dso) and _kernel_product_rows(sym) == 1),
+    ("products, 1 row", lambda dso, sym: _kernel(dso) and _kernel_product_rows(sym) == 1),
     ("panel fingerprint", lambda dso, sym: _kernel(dso) and "Hash" in sym),
     ("decode attention", lambda dso, sym: _kernel(dso) and (
         "Dense" in sym or "batched" in sym.lower())),
@@ -96,7 +99,7 @@ _RULES: Tuple[Tuple[str, Callable[[str, str], bool]], ...] = (
     ("other", lambda dso, sym: True),
 )
 """(category, predicate(dso, symbol)) in order: a sample goes to the first that matches. A
-PanelScalar product (CPUs without AVX2) counts as verify products whatever its rows."""
+PanelScalar product (CPUs without AVX2) counts as 2+ rows whatever its rows."""
 
 CATEGORY_NAMES = tuple(dict.fromkeys(name for name, _ in _RULES))
 """The categories, each described in the module docstring."""
@@ -195,8 +198,11 @@ def _first_line(path: str) -> str:
 def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
         sampling: Optional[tfspec.Sampling] = None, max_new_tokens: int = 64,
         seconds: float = 20.0, frequency: int = 999, seed: int = 0,
-        jit_compile: Optional[bool] = True, alternations: int = 3) -> List[dict]:
+        jit_compile: Optional[bool] = True, alternations: int = 3, batch_size: int = 1
+        ) -> List[dict]:
     """One record per (k, category) (see the module docstring); `sampling` None: greedy.
+    A pass decodes the pool in consecutive batches of `batch_size` (the last one filled by
+    cycling, `bench.models.batches_of`).
 
     The modes are sampled in turn, `alternations` times each for seconds / alternations
     (every mode compiled first), so that a machine whose speed drifts over minutes weighs
@@ -207,7 +213,7 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
     """
     perf_binary()  # Fail before compiling anything.
     sampling = sampling or tfspec.Sampling(temperature=0.0)
-    batches = [[prompt] for prompt in prompt_pool]
+    batches = bench_models.batches_of(list(prompt_pool), batch_size)
     decodes, generations = {}, {}
     for k in ks:
         decodes[k] = speedup_lib.decode_fn(target, batches, k, sampling, max_new_tokens, seed,
@@ -231,7 +237,8 @@ def run(target, draft, prompt_pool: Sequence[Sequence[int]], ks: Sequence[int],
         rounds = speedup_lib.loop_steps(generations[k])
         for category in CATEGORY_NAMES:
             records.append({
-                "k": k, "temperature": sampling.temperature, "category": category,
+                "k": k, "temperature": sampling.temperature, "batch_size": batch_size,
+                "category": category,
                 "samples": counts[k][category],
                 "cpu_ms_per_pass": 1e3 * counts[k][category] / frequency / passes[k],
                 "share": counts[k][category] / total,
@@ -246,6 +253,8 @@ def _parse_args(argv=None):
     speedup_lib.add_pair_args(parser, repeats=False)
     parser.add_argument("--k", default="0,4",
                         help="comma-separated draft lengths (0: autoregressive)")
+    parser.add_argument("--batch_size", type=int, default=1,
+                        help="rows per generate call (the pool in consecutive batches)")
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="sampling temperature (0: greedy)")
     parser.add_argument("--seconds", type=float, default=20.0,
@@ -262,6 +271,8 @@ def _parse_args(argv=None):
         args.k = []
     if not args.k or min(args.k) < 0:
         parser.error("--k must be comma-separated integers >= 0, e.g. 0,4")
+    if args.batch_size < 1:
+        parser.error("--batch_size must be >= 1")
     if args.temperature < 0:
         parser.error("--temperature must be >= 0")
     if args.seconds <= 0:
@@ -286,13 +297,14 @@ def main(argv=None):
     try:
         records = run(target, draft, pool, args.k, sampling, args.max_new_tokens,
                       args.seconds, args.frequency, args.seed, speedup_lib.jit_compile(args),
-                      args.alternations)
+                      args.alternations, args.batch_size)
     except PerfError as e:
         sys.exit(f"bench.cycles: {e}")
     timing.print_table(records, COLUMNS)
     timing.write_json(args.json, {
         "target": args.target, "draft": args.draft, "prompts": args.prompts,
-        "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+        "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
+        "temperature": args.temperature,
         "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
         "seconds": args.seconds, "frequency": args.frequency,
         "alternations": args.alternations,

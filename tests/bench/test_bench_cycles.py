@@ -13,11 +13,11 @@ KERNEL = "rows_matmul-7c5b3c734d5895ed.so"
 
 
 @pytest.mark.parametrize("dso, symbol, category", [
-    (KERNEL, "(anonymous namespace)::PanelsAvx512<5, 4, unsigned short>", "verify products"),
-    (KERNEL, "(anonymous namespace)::PanelsAvx512<12, 2, float>", "verify products"),
-    (KERNEL, "(anonymous namespace)::PanelAvx2<2, unsigned short>", "verify products"),
-    (KERNEL, "(anonymous namespace)::PanelsAvx512<1, 4, unsigned short>", "step products"),
-    (KERNEL, "(anonymous namespace)::PanelAvx2<1, float>", "step products"),
+    (KERNEL, "(anonymous namespace)::PanelsAvx512<5, 4, unsigned short>", "products, 2+ rows"),
+    (KERNEL, "(anonymous namespace)::PanelsAvx512<12, 2, float>", "products, 2+ rows"),
+    (KERNEL, "(anonymous namespace)::PanelAvx2<2, unsigned short>", "products, 2+ rows"),
+    (KERNEL, "(anonymous namespace)::PanelsAvx512<1, 4, unsigned short>", "products, 1 row"),
+    (KERNEL, "(anonymous namespace)::PanelAvx2<1, float>", "products, 1 row"),
     (KERNEL, "(anonymous namespace)::HashRangeAvx512", "panel fingerprint"),
     (KERNEL, "(anonymous namespace)::DenseAvx512<5>", "decode attention"),
     (KERNEL, "(anonymous namespace)::AmxBlock", "encoder products"),
@@ -56,7 +56,7 @@ def test_a_perf_report_sums_into_categories():
     counts = cycles.samples_by_category(REPORT)
     assert set(counts) == set(cycles.CATEGORY_NAMES)
     assert counts["encoder products"] == 53416
-    assert counts["verify products"] == 9999
+    assert counts["products, 2+ rows"] == 9999
     assert counts["XLA fused code"] == 126 + 98  # one shared object name with spaces
     assert counts["OS"] == 12 and counts["other"] == 3
     assert sum(counts.values()) == 53416 + 9999 + 126 + 98 + 12 + 3
@@ -82,7 +82,7 @@ def test_a_real_perf_run_accounts_for_every_mode():
         assert math.isclose(sum(r["cpu_ms_per_pass"] for r in mode) * first["passes"],
                             1e3 * sum(r["samples"] for r in mode) / 999)
     # An autoregressive loop runs no product of more than one row.
-    ar_verify = [r for r in records if r["k"] == 0 and r["category"] == "verify products"]
+    ar_verify = [r for r in records if r["k"] == 0 and r["category"] == "products, 2+ rows"]
     assert ar_verify[0]["samples"] == 0
 
 
@@ -95,7 +95,7 @@ def test_a_missing_perf_fails_in_one_line(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("flag", ["--k=-1", "--k=four", "--seconds=0", "--frequency=0",
-                                  "--alternations=0", "--temperature=-1"])
+                                  "--batch_size=0", "--alternations=0", "--temperature=-1"])
 def test_bad_flags_fail_in_one_line(flag, capsys):
     assert_usage_error(cycles.main, flag, capsys=capsys)
 
@@ -115,3 +115,16 @@ def test_a_perf_that_cannot_record_fails_with_its_reason(monkeypatch, tmp_path):
     with pytest.raises(cycles.PerfError, match="perf record failed: Error: No permission"):
         cycles.record(lambda: calls.append(1), seconds=1.0, frequency=99)
     assert not calls  # nothing ran unsampled
+
+
+def test_a_batch_pass_decodes_the_pool_in_batches():
+    target = bench_models.load(TINY)
+    pool = bench_models.prompts(TINY, target, num_prompts=3, prompt_length=4)
+    records = cycles.run(target, None, pool, [0], max_new_tokens=5, seconds=0.5,
+                         alternations=1, batch_size=2)
+    assert {r["batch_size"] for r in records} == {2}
+    # Two calls of two rows (the last one filled by cycling): four rows of up to 5 tokens,
+    # and each call's loop runs until its longest row is done.
+    first = records[0]
+    assert 4 <= first["tokens_per_pass"] <= 4 * 5
+    assert 2 <= first["rounds_per_pass"] <= 2 * 5
