@@ -141,7 +141,7 @@ def perf_binary() -> str:
     """The perf executable on PATH.
 
     Raises:
-      PerfError: none (with how to install it).
+      PerfError: there is none (the message says how to install it).
     """
     path = shutil.which("perf")
     if path is None:
@@ -169,23 +169,30 @@ def record(work: Callable[[], None], seconds: float, frequency: int
                 [binary, "record", "-e", "cpu-clock", "-F", str(frequency), "-p",
                  str(os.getpid()), "-o", data],
                 stdout=subprocess.DEVNULL, stderr=log_file)
-        time.sleep(0.5)  # perf attaches to every thread before the timed work starts
-        if perf.poll() is not None:
-            raise PerfError(f"perf record failed: {_first_line(log)}")
-        calls, start = 0, time.perf_counter()
-        while calls == 0 or time.perf_counter() - start < seconds:
-            work()
-            calls += 1
-        wall = time.perf_counter() - start
-        perf.send_signal(signal.SIGINT)
-        if perf.wait(timeout=120) not in (0, -signal.SIGINT) or not os.path.exists(data):
+        try:
+            time.sleep(0.5)  # perf attaches to every thread before the timed work starts
+            if perf.poll() is not None:
+                raise PerfError(f"perf record failed: {_first_line(log)}")
+            calls, start = 0, time.perf_counter()
+            while calls == 0 or time.perf_counter() - start < seconds:
+                work()
+                calls += 1
+            wall = time.perf_counter() - start
+            perf.send_signal(signal.SIGINT)  # perf writes its data and exits
+            status = perf.wait(timeout=120)
+        finally:
+            if perf.poll() is None:  # work() raised: no perf outlives the call
+                perf.kill()
+                perf.wait()
+        if status not in (0, -signal.SIGINT) or not os.path.exists(data):
             raise PerfError(f"perf record failed: {_first_line(log)}")
         report = subprocess.run(
             [binary, "report", "-i", data, "--no-children", "--sort", "dso,sym", "-g", "none",
              "--stdio", "-F", "sample,dso,sym"],
             capture_output=True, text=True, check=False)
         if report.returncode != 0:
-            raise PerfError(f"perf report failed: {report.stderr.strip().splitlines()[:1]}")
+            reason = (report.stderr.strip().splitlines() or ["no output"])[0]
+            raise PerfError(f"perf report failed: {reason}")
         return samples_by_category(report.stdout), wall, calls
 
 

@@ -1,6 +1,7 @@
 """bench.cycles: the sample categories, the perf report parser, and a real perf run."""
 
 import math
+import os
 
 import pytest
 
@@ -128,3 +129,29 @@ def test_a_batch_pass_decodes_the_pool_in_batches():
     first = records[0]
     assert 4 <= first["tokens_per_pass"] <= 4 * 5
     assert 2 <= first["rounds_per_pass"] <= 2 * 5
+
+
+def test_work_that_fails_under_perf_leaves_no_perf_running():
+    def failing_work():
+        raise RuntimeError("decode failed")
+
+    before = _perf_children()
+    with pytest.raises(RuntimeError, match="decode failed"):
+        cycles.record(failing_work, seconds=1.0, frequency=99)
+    assert _perf_children() == before
+
+
+def _perf_children():
+    """pids of perf processes whose parent is this process."""
+    children = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+                fields = f.read().rsplit(")", 1)
+            name = fields[0].split("(", 1)[1]
+            parent = int(fields[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if name == "perf" and parent == os.getpid():
+            children.add(int(pid))
+    return children
