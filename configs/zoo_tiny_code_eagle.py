@@ -51,6 +51,7 @@ def get_config(arg=None):
     section.feature_weight = 1.0
     section.sampled_prompts = 2048
     section.sampled_temperature = 1.0
+    section.greedy_prompts = 2048
     section.sampled_max_new_tokens = 128
     section.sampled_batch_size = 32
     config.feature_draft = section
@@ -67,6 +68,7 @@ def get_config(arg=None):
         section.checkpoint_every = 3
         section.log_every = 2
         section.sampled_prompts = 4
+        section.greedy_prompts = 3
         section.sampled_max_new_tokens = 8
         section.sampled_batch_size = 4
     return config

@@ -21,7 +21,10 @@ probability of one sampled draft token at draft step s (held-out beta, teacher-f
 The training examples are the corpus plus the target's own continuations of
 `feature_draft.sampled_prompts` training prompts at `sampled_temperature` (default 1:
 the prefixes sampled decoding verifies on), generated once and cached in
-WORKDIR/feature_draft/sampled.jsonl.
+WORKDIR/feature_draft/sampled.jsonl, and of `feature_draft.greedy_prompts` other training
+prompts decoded greedily (default 0; the prefixes greedy decoding verifies on, which are
+more repetitive and confident than sampled ones), cached in
+WORKDIR/feature_draft/greedy.jsonl.
 """
 
 import json
@@ -40,6 +43,7 @@ from tfspec.training import trainer as trainer_lib
 STAGE = "feature_draft"
 EXPORT_STAGE = "feature_draft_export"
 SAMPLED_FILE = "sampled.jsonl"
+GREEDY_FILE = "greedy.jsonl"
 
 
 class FeatureDraftObjective:
@@ -177,12 +181,26 @@ def target_sampled(config, workdir: str, target, data) -> List[examples_lib.Exam
         progress=False)
 
 
+def target_greedy(config, workdir: str, target, data) -> List[examples_lib.Example]:
+    """The target's greedy continuations of `feature_draft.greedy_prompts` training prompts
+    (another seeded sample than `target_sampled`'s; same length and batch settings)."""
+    section = _section(config)
+    return stages.continuations(
+        config, target, data, os.path.join(stages.stage_dir(workdir, STAGE), GREEDY_FILE),
+        "target's greedy continuations", count=int(section.get("greedy_prompts", 0) or 0),
+        salt=17, temperature=0.0,
+        max_new_tokens=int(section.get("sampled_max_new_tokens", 128)),
+        batch_size=int(section.get("sampled_batch_size", 32)), id_prefix="greedy",
+        progress=False)
+
+
 def train_feature_draft(config, workdir: str, data, max_steps: Optional[int] = None,
                         progress: bool = True) -> Dict[str, Any]:
     """Trains the recipe's feature draft for its frozen target; returns the summary."""
     target = _target(config, workdir)
     sampled = target_sampled(config, workdir, target, data)
-    examples = list(data.train) + sampled
+    greedy = target_greedy(config, workdir, target, data)
+    examples = list(data.train) + sampled + greedy
     draft = build_draft(config, target, examples)
     section = _section(config)
     directory = stages.stage_dir(workdir, STAGE)
@@ -192,6 +210,7 @@ def train_feature_draft(config, workdir: str, data, max_steps: Optional[int] = N
             "train": examples_lib.token_counts(examples),
             "validation": examples_lib.token_counts(data.validation),
             "sampled_examples": len(sampled),
+            "greedy_examples": len(greedy),
             "recipe": json.loads(config.to_json())}
     with open(os.path.join(directory, "stage.json"), "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2, default=str)
@@ -303,7 +322,8 @@ def export_bound_draft(config, workdir: str, zoo_dir: Optional[str], data, *, st
     metrics = {"name": name, "target": section.get("target_from", ""),
                "size_mb": size_mb, "parameters": info["parameters"],
                "validation": validation, "acceptance": acceptance, "training": done,
-               "sampled_examples": info.get("sampled_examples", 0)}
+               "sampled_examples": info.get("sampled_examples", 0),
+               "greedy_examples": info.get("greedy_examples", 0)}
     with open(os.path.join(out_dir, "MODEL_CARD.md"), "w", encoding="utf-8") as f:
         f.write(card_fn(config, metrics, info))
     write_stage_result(stages.stage_dir(workdir, export_stage), metrics, {"zoo_dir": out_dir})
@@ -366,7 +386,9 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         f"- The recipe's code corpus (both tasks) plus the target's own continuations of "
         f"{metrics['sampled_examples']} training prompts sampled at temperature "
         f"{section.get('sampled_temperature', 1.0)} (at most "
-        f"{section.get('sampled_max_new_tokens', 128)} tokens).",
+        f"{section.get('sampled_max_new_tokens', 128)} tokens)"
+        + (f" and its greedy continuations of {metrics['greedy_examples']} other training "
+           "prompts" if metrics.get("greedy_examples") else "") + ".",
         f"- Loss: cross-entropy against the target's next-token distribution plus "
         f"{section.get('feature_weight', 1.0)} x smooth-L1 on the predicted state, over "
         f"{depth} rollout pass(es) (pass s > 1 feeds the draft its own predictions with the "

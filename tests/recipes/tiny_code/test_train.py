@@ -95,6 +95,31 @@ def test_medusa_stage_trains_heads_on_the_finished_target_and_exports_them(tiny_
     assert "Medusa heads" in card and exported["size_mb"] < 15
 
 
+EAGLE_CONFIG = os.path.join(os.path.dirname(CONFIG), "zoo_tiny_code_eagle.py")
+
+
+def test_feature_draft_stage_trains_on_sampled_and_greedy_continuations_and_exports(
+        tiny_data, tmp_path):
+    workdir, zoo = str(tmp_path / "work"), str(tmp_path / "zoo")
+    main(["--config", CONFIG + ":smoke", "--workdir", workdir, "--stage", "target",
+          "--max_steps", "1"] + FLAGS)
+    eagle = ["--config", EAGLE_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
+             "--set", "feature_draft.warmup_steps=1"] + FLAGS
+    log = _train_stage(eagle, workdir, "feature_draft", 2)
+    assert {"overlap_1", "overlap_2", "greedy_match_2"} <= set(log[0])
+    stage = os.path.join(workdir, "feature_draft")
+    sampled = distill.load_examples(os.path.join(stage, "sampled.jsonl"))
+    greedy = distill.load_examples(os.path.join(stage, "greedy.jsonl"))
+    # The smoke recipe: 4 sampled and 3 greedy continuations.
+    assert (len(sampled), len(greedy)) == (4, 3)
+    assert all(e.id.startswith("greedy") for e in greedy)
+    exported = main(eagle + ["--stage", "feature_draft_export"])["feature_draft_export"]
+    assert (exported["sampled_examples"], exported["greedy_examples"]) == (4, 3)
+    card = open(os.path.join(zoo, "tiny-code-eagle", "MODEL_CARD.md")).read()
+    assert "greedy continuations of 3 other training prompts" in card
+    assert exported["size_mb"] < 15
+
+
 TE_CONFIG = os.path.join(os.path.dirname(CONFIG), "zoo_tiny_code_draft_te.py")
 
 
