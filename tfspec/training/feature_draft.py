@@ -42,8 +42,6 @@ from tfspec.training import trainer as trainer_lib
 
 STAGE = "feature_draft"
 EXPORT_STAGE = "feature_draft_export"
-SAMPLED_FILE = "sampled.jsonl"
-GREEDY_FILE = "greedy.jsonl"
 
 
 class FeatureDraftObjective:
@@ -169,37 +167,11 @@ def build_draft(config, target, examples) -> feature_draft_lib.FeatureDraft:
     return draft
 
 
-def target_sampled(config, workdir: str, target, data) -> List[examples_lib.Example]:
-    """The target's continuations of `feature_draft.sampled_prompts` training prompts."""
-    section = _section(config)
-    return stages.continuations(
-        config, target, data, os.path.join(stages.stage_dir(workdir, STAGE), SAMPLED_FILE),
-        "target's sampled continuations", count=int(section.get("sampled_prompts", 0) or 0),
-        salt=13, temperature=float(section.get("sampled_temperature", 1.0)),
-        max_new_tokens=int(section.get("sampled_max_new_tokens", 128)),
-        batch_size=int(section.get("sampled_batch_size", 32)), id_prefix="sampled",
-        progress=False)
-
-
-def target_greedy(config, workdir: str, target, data) -> List[examples_lib.Example]:
-    """The target's greedy continuations of `feature_draft.greedy_prompts` training prompts
-    (another seeded sample than `target_sampled`'s; same length and batch settings)."""
-    section = _section(config)
-    return stages.continuations(
-        config, target, data, os.path.join(stages.stage_dir(workdir, STAGE), GREEDY_FILE),
-        "target's greedy continuations", count=int(section.get("greedy_prompts", 0) or 0),
-        salt=17, temperature=0.0,
-        max_new_tokens=int(section.get("sampled_max_new_tokens", 128)),
-        batch_size=int(section.get("sampled_batch_size", 32)), id_prefix="greedy",
-        progress=False)
-
-
 def train_feature_draft(config, workdir: str, data, max_steps: Optional[int] = None,
                         progress: bool = True) -> Dict[str, Any]:
     """Trains the recipe's feature draft for its frozen target; returns the summary."""
     target = _target(config, workdir)
-    sampled = target_sampled(config, workdir, target, data)
-    greedy = target_greedy(config, workdir, target, data)
+    sampled, greedy = stages.bound_draft_continuations(config, workdir, STAGE, target, data)
     examples = list(data.train) + sampled + greedy
     draft = build_draft(config, target, examples)
     section = _section(config)

@@ -22,7 +22,7 @@ temperature 1 (teacher-forced: the intermediate tokens are the data's) and `gree
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
@@ -35,8 +35,6 @@ from tfspec.training import stages
 
 STAGE = "medusa"
 EXPORT_STAGE = "medusa_export"
-SAMPLED_FILE = "sampled.jsonl"
-GREEDY_FILE = "greedy.jsonl"
 
 
 def _shift(x: tf.Tensor, offset: int, fill=0) -> tf.Tensor:
@@ -112,31 +110,13 @@ def heads_config(config, target) -> medusa_lib.MedusaConfig:
         target_name=section.get("target_from", "") or "")
 
 
-def training_continuations(config, workdir: str, target, data
-                           ) -> List[examples_lib.Example]:
-    """The target's sampled (and, with `greedy_prompts`, greedy) continuations of training
-    prompts, generated once and cached in WORKDIR/medusa/."""
-    section, directory = _section(config), stages.stage_dir(workdir, STAGE)
-    common = dict(max_new_tokens=int(section.get("sampled_max_new_tokens", 128)),
-                  batch_size=int(section.get("sampled_batch_size", 32)), progress=False)
-    sampled = stages.continuations(
-        config, target, data, os.path.join(directory, SAMPLED_FILE),
-        "target's sampled continuations", count=int(section.get("sampled_prompts", 0) or 0),
-        salt=13, temperature=float(section.get("sampled_temperature", 1.0)),
-        id_prefix="sampled", **common)
-    greedy = stages.continuations(
-        config, target, data, os.path.join(directory, GREEDY_FILE),
-        "target's greedy continuations", count=int(section.get("greedy_prompts", 0) or 0),
-        salt=17, temperature=0.0, id_prefix="greedy", **common)
-    return sampled + greedy
-
-
 def train_medusa(config, workdir: str, data, max_steps: Optional[int] = None,
                  progress: bool = True) -> Dict[str, Any]:
     """Trains the recipe's Medusa heads for its frozen target; returns the summary."""
     section = _section(config)
     target = feature_draft_training.frozen_target(config, workdir, section)
-    generated = training_continuations(config, workdir, target, data)
+    sampled, greedy = stages.bound_draft_continuations(config, workdir, STAGE, target, data)
+    generated = sampled + greedy
     examples = list(data.train) + generated
     heads = medusa_lib.MedusaHeads(heads_config(config, target),
                                    seed=int(config.seeds.get(STAGE, 5)))

@@ -267,6 +267,35 @@ def draft_sampled(config, workdir: str, draft_model, data: Data,
         batch_size=draft.generated_batch_size, id_prefix="on_policy", progress=progress)
 
 
+SAMPLED_FILE = "sampled.jsonl"
+GREEDY_FILE = "greedy.jsonl"
+
+
+def bound_draft_continuations(config, workdir: str, stage: str, target, data: Data
+                              ) -> Tuple[List[examples_lib.Example],
+                                         List[examples_lib.Example]]:
+    """(sampled, greedy): the target's continuations a bound draft's stage (feature draft,
+    Medusa heads) trains on, as the recipe's `stage` section asks: `sampled_prompts` [0]
+    training prompts at `sampled_temperature` [1] (the prefixes sampled decoding verifies
+    on) and `greedy_prompts` [0] other ones decoded greedily (the prefixes greedy decoding
+    verifies on: more repetitive and confident), at most `sampled_max_new_tokens` [128]
+    tokens each, `sampled_batch_size` [32] prompts per call. Generated once and cached in
+    WORKDIR/<stage>/sampled.jsonl and greedy.jsonl."""
+    section, directory = config[stage], stage_dir(workdir, stage)
+    common = dict(max_new_tokens=int(section.get("sampled_max_new_tokens", 128)),
+                  batch_size=int(section.get("sampled_batch_size", 32)), progress=False)
+    sampled = continuations(
+        config, target, data, os.path.join(directory, SAMPLED_FILE),
+        "target's sampled continuations", count=int(section.get("sampled_prompts", 0) or 0),
+        salt=13, temperature=float(section.get("sampled_temperature", 1.0)),
+        id_prefix="sampled", **common)
+    greedy = continuations(
+        config, target, data, os.path.join(directory, GREEDY_FILE),
+        "target's greedy continuations", count=int(section.get("greedy_prompts", 0) or 0),
+        salt=17, temperature=0.0, id_prefix="greedy", **common)
+    return sampled, greedy
+
+
 def continuations(config, model, data: Data, path: str, what: str, count: int, salt: int,
                   temperature: float, max_new_tokens: int, batch_size: int, id_prefix: str,
                   progress: bool) -> List[examples_lib.Example]:
