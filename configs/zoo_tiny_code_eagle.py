@@ -29,11 +29,11 @@ and budget without `greedy_prompts`, shipped until 2026-12-06) read beta 0.860 a
 0.754 at T = 1 on the same prompts (acceptance 0.732 / 0.535): greedy decoding of this
 target falls into loops that sampled text never shows a draft (512 of the 2048 greedy
 continuations end in one, at most 8 distinct tokens in their last 32, against none of the
-2048 sampled ones). EAGLE-3's fusion of low, middle and top target
-layers, `feature_layers=(0, 2, -1)`, on the same data and budget: held-out teacher-forced
-overlap 0.748 (top layer alone 0.750), beta 0.879 at T = 0 and 0.742 at T = 1 (acceptance
-0.702 / 0.504), 2,511,296 parameters: no gain at T = 1 and a loss in greedy decoding, so
-the shipped head reads the top layer.
+2048 sampled ones). EAGLE-3's fusion of low, middle and top target layers,
+`feature_layers=(0, 2, -1)`, on the same data and budget: held-out teacher-forced overlap
+0.748 (top layer alone 0.750), beta 0.879 at T = 0 and 0.742 at T = 1 (acceptance 0.702 /
+0.504), 2,511,296 parameters: no gain at T = 1 and a loss in greedy decoding, so the
+shipped head reads the top layer.
 """
 
 from configs import common

@@ -81,13 +81,19 @@ def _train_stage(flags, workdir, stage, steps):
 MEDUSA_CONFIG = os.path.join(os.path.dirname(CONFIG), "zoo_tiny_code_medusa.py")
 
 
-def test_medusa_stage_trains_heads_on_the_finished_target_and_exports_them(tiny_data,
-                                                                           tmp_path):
+def _bound_draft_flags(tmp_path, config, stage):
+    """(workdir, zoo_dir, flags): a smoke target trained for one step in WORKDIR, and the
+    flags of `config`'s smoke recipe for the bound draft stage `stage` on it."""
     workdir, zoo = str(tmp_path / "work"), str(tmp_path / "zoo")
     main(["--config", CONFIG + ":smoke", "--workdir", workdir, "--stage", "target",
           "--max_steps", "1"] + FLAGS)
-    medusa = ["--config", MEDUSA_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
-              "--set", "medusa.warmup_steps=1"] + FLAGS
+    return workdir, zoo, ["--config", config + ":smoke", "--workdir", workdir, "--zoo_dir",
+                          zoo, "--set", f"{stage}.warmup_steps=1"] + FLAGS
+
+
+def test_medusa_stage_trains_heads_on_the_finished_target_and_exports_them(tiny_data,
+                                                                           tmp_path):
+    workdir, zoo, medusa = _bound_draft_flags(tmp_path, MEDUSA_CONFIG, "medusa")
     log = _train_stage(medusa, workdir, "medusa", 2)
     assert {"overlap_1", "overlap_3", "greedy_match_3"} <= set(log[0])
     exported = main(medusa + ["--stage", "medusa_export"])["medusa_export"]
@@ -100,11 +106,7 @@ EAGLE_CONFIG = os.path.join(os.path.dirname(CONFIG), "zoo_tiny_code_eagle.py")
 
 def test_feature_draft_stage_trains_on_sampled_and_greedy_continuations_and_exports(
         tiny_data, tmp_path):
-    workdir, zoo = str(tmp_path / "work"), str(tmp_path / "zoo")
-    main(["--config", CONFIG + ":smoke", "--workdir", workdir, "--stage", "target",
-          "--max_steps", "1"] + FLAGS)
-    eagle = ["--config", EAGLE_CONFIG + ":smoke", "--workdir", workdir, "--zoo_dir", zoo,
-             "--set", "feature_draft.warmup_steps=1"] + FLAGS
+    workdir, zoo, eagle = _bound_draft_flags(tmp_path, EAGLE_CONFIG, "feature_draft")
     log = _train_stage(eagle, workdir, "feature_draft", 2)
     assert {"overlap_1", "overlap_2", "greedy_match_2"} <= set(log[0])
     stage = os.path.join(workdir, "feature_draft")
