@@ -116,8 +116,7 @@ def train_medusa(config, workdir: str, data, max_steps: Optional[int] = None,
     section = _section(config)
     target = feature_draft_training.frozen_target(config, workdir, section)
     sampled, greedy = stages.bound_draft_continuations(config, workdir, STAGE, target, data)
-    generated = sampled + greedy
-    examples = list(data.train) + generated
+    examples = list(data.train) + sampled + greedy
     heads = medusa_lib.MedusaHeads(heads_config(config, target),
                                    seed=int(config.seeds.get(STAGE, 5)))
     heads.bind(target)
@@ -128,7 +127,8 @@ def train_medusa(config, workdir: str, data, max_steps: Optional[int] = None,
             "model_config": heads.config.to_dict(),
             "train": examples_lib.token_counts(examples),
             "validation": examples_lib.token_counts(data.validation),
-            "sampled_examples": len(generated),
+            "sampled_examples": len(sampled),
+            "greedy_examples": len(greedy),
             "recipe": json.loads(config.to_json())}
     with open(os.path.join(directory, "stage.json"), "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2, default=str)
@@ -202,7 +202,8 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         "",
         "## Data and training",
         "",
-        f"- The recipe's code corpus (both tasks) plus {metrics['sampled_examples']} of the "
+        f"- The recipe's code corpus (both tasks) plus "
+        f"{metrics['sampled_examples'] + metrics.get('greedy_examples', 0)} of the "
         f"target's own continuations of training prompts ({section.get('sampled_prompts', 0)} "
         f"sampled at temperature {section.get('sampled_temperature', 1.0)}, "
         f"{section.get('greedy_prompts', 0)} greedy; at most "

@@ -97,6 +97,8 @@ def test_medusa_stage_trains_heads_on_the_finished_target_and_exports_them(tiny_
     log = _train_stage(medusa, workdir, "medusa", 2)
     assert {"overlap_1", "overlap_3", "greedy_match_3"} <= set(log[0])
     exported = main(medusa + ["--stage", "medusa_export"])["medusa_export"]
+    # The smoke recipe: 4 sampled and 2 greedy continuations, counted apart.
+    assert (exported["sampled_examples"], exported["greedy_examples"]) == (4, 2)
     card = open(os.path.join(zoo, "tiny-code-medusa", "MODEL_CARD.md")).read()
     assert "Medusa heads" in card and exported["size_mb"] < 15
 
