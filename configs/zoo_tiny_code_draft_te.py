@@ -37,13 +37,13 @@ Measured here (2-core CPU, 2026-12-05; 64 held-out completion prompts, k = 4, 64
 from configs import common
 from configs import zoo_tiny_code
 
-VARIANTS = ("full", "smoke")
+VARIANTS = ("full", "sampled", "smoke")
 
 
 def get_config(arg=None):
     """Returns the recipe; `arg` "smoke" gives a few steps (tests)."""
     arg = common.variant(arg, "zoo_tiny_code_draft_te", VARIANTS, default="full")
-    config = zoo_tiny_code.build_config(arg)
+    config = zoo_tiny_code.build_config("smoke" if arg == "smoke" else "full")
     # The workdir of configs/zoo_tiny_code.py: the stage starts from its draft stage.
     config.workdir = ("~/.cache/tfspec/train/zoo_tiny_code" if arg == "full"
                       else "~/.cache/tfspec/train/zoo_tiny_code_draft_te_smoke")
@@ -70,6 +70,8 @@ def get_config(arg=None):
     # ZOO_DIR/tiny-code-draft, one with its own encoder (a fresh export of the draft stage:
     # --stage export --zoo_dir DIR, then this stage with the same --zoo_dir).
     config.export.adapter_draft_name = "tiny-code-draft"
+    if arg == "sampled":
+        _continue_on_sampled(config)
     if arg == "smoke":
         section.target_from = ""
         section.init_from = ""
@@ -83,3 +85,24 @@ def get_config(arg=None):
         section.checkpoint_every = 3
         section.log_every = 2
     return config
+
+
+def _continue_on_sampled(config):
+    """The "sampled" variant: continues the shipped draft (its adapter included) on the
+    target's sampled continuations of 2048 training prompts at T = 1 (the prefixes sampled
+    decoding verifies on) and greedy ones of 2048 others, with the corpus, by forward KL
+    alone (no label term: the corpus's tokens pull q towards one answer where the target
+    spreads its mass)."""
+    config.workdir = "~/.cache/tfspec/train/zoo_tiny_code_draft_te_sampled"
+    section = config.target_encoder_draft
+    section.init_from = "zoo:tiny-code-draft"
+    section.compare_draft = "zoo:tiny-code-draft"
+    section.steps = 1200
+    section.learning_rate = 1.5e-4
+    section.label_weight = 0.0
+    section.generated_prompts = 0
+    section.sampled_prompts = 2048
+    section.sampled_temperature = 1.0
+    section.greedy_prompts = 2048
+    section.sampled_max_new_tokens = 128
+    section.sampled_batch_size = 32

@@ -142,16 +142,11 @@ def fit_projection(target, draft, examples: List[examples_lib.Example], count: i
 
 def _initial_draft(config, workdir: str):
     """The draft the stage starts from: the section's `init_from` spec, else the recipe's
-    finished draft stage."""
+    finished draft stage. An `init_from` that already reads a target's encoder (an export
+    of this stage) is continued: its adapter is the start, not a least-squares fit."""
     init_from = _section(config).get("init_from", "") or ""
     if init_from:
-        draft = stages.load_spec(init_from)
-        if draft.reads_target_encoder:
-            raise ValueError(f"init_from {init_from} already reads its target's encoder (an "
-                             f"export of this stage); start from a draft with its own "
-                             f"encoder: set {STAGE}.init_from to one, or to '' for the "
-                             "recipe's draft stage.")
-        return draft
+        return stages.load_spec(init_from)
     if not trainer_lib.is_done(stages.stage_dir(workdir, stages.DRAFT)):
         raise RuntimeError(f"The draft stage in {stages.stage_dir(workdir, stages.DRAFT)} has "
                            f"not finished; set init_from in the recipe's {STAGE} section or "
@@ -161,14 +156,17 @@ def _initial_draft(config, workdir: str):
 
 def build_adapted_draft(config, workdir: str, target, data, fit: bool = True
                         ) -> AdaptedDraft:
-    """The draft to start from (`_initial_draft`) with an adapter for `target` (fitted by
-    least squares on the training prompts when `fit`, else zeros: to be restored from a
-    checkpoint)."""
+    """The draft to start from (`_initial_draft`) with an adapter for `target`: its own
+    when it already has one (checked against `target`), else fitted by least squares on the
+    training prompts when `fit`, else zeros (to be restored from a checkpoint)."""
     section = _section(config)
     draft = _initial_draft(config, workdir)
     vocabulary = draft.draft_vocab_ids
     draft.set_draft_vocabulary(None)  # Trained on all tokens; export restores the vocabulary.
-    if fit:
+    if draft.reads_target_encoder:
+        draft.bind(target)  # one line if its adapter was fitted to another target
+        projection = draft.target_encoder_projection.numpy()
+    elif fit:
         projection = fit_projection(target, draft, data.train,
                                     int(section.get("fit_prompts", 1500)))
     else:
@@ -207,9 +205,13 @@ def train_target_encoder_draft(config, workdir: str, data, max_steps: Optional[i
     # target's own habits (a token repeated to the end of the window), and a draft
     # fine-tuned without them is rejected on almost every token of such a request.
     generated = stages.target_generated(config, workdir, target, data, progress, stage=STAGE)
+    # Optionally its sampled ones (and greedy ones of other prompts): the prefixes sampled
+    # decoding verifies on, which the corpus and greedy text rarely show.
+    sampled, greedy = stages.bound_draft_continuations(config, workdir, STAGE, target, data)
     trainer = stages.make_trainer(config, workdir, STAGE, model, _objective(config, target),
                                   data, max_steps, progress,
-                                  train_examples=list(data.train) + generated)
+                                  train_examples=list(data.train) + generated + sampled
+                                  + greedy)
     return trainer.run()
 
 
