@@ -15,11 +15,13 @@ target's greedy continuations of 2048 training prompts
     python -m recipes.tiny_code.train --config configs/zoo_tiny_code_draft_te.py \
         --stage target_encoder_draft_export   # replaces tfspec/zoo/tiny-code-draft/'s weights
 
-The export keeps the draft's previous model card as a section of the new one. A draft that
-already reads a target's encoder is refused as the starting point (`init_from`).
+The export keeps the draft's previous model card as a section of the new one. A starting
+draft (`init_from`) that already reads a target's encoder is continued with its adapter.
 
-Variants (`:ARG`): "full" (default), "smoke" (a few steps from the target and draft stages
-of the same workdir, which tests train first with configs/zoo_tiny_code.py:smoke).
+Variants (`:ARG`): "full" (default), "sampled" (continues the shipped draft on the target's
+sampled continuations, see `_continue_on_sampled`; its own workdir), "smoke" (a few steps
+from the target and draft stages of the same workdir, which tests train first with
+configs/zoo_tiny_code.py:smoke).
 
 Measured here (2-core CPU, 2026-12-05; 64 held-out completion prompts, k = 4, 64 new tokens):
 - P alone (least squares, 1500 training prompts of both tasks, R^2 0.30; the draft

@@ -11,9 +11,11 @@ the finished target), `export` (write the pair to the zoo with model cards and m
 acceptance), `all` (those three in order, skipping finished ones); `feature_draft` and
 `feature_draft_export` train and export an EAGLE-style feature draft for a frozen target
 (configs/zoo_tiny_code_eagle.py), `medusa` and `medusa_export` Medusa heads for a frozen
-target (a config with a `medusa` section; see `tfspec/training/medusa.py`; no shipped heads
-yet). Every stage resumes from
-its last checkpoint, so after an interruption re-run the same command.
+target (configs/zoo_tiny_code_medusa.py), `target_encoder_draft` and
+`target_encoder_draft_export` a T5 draft that reads its target's encoder output
+(configs/zoo_tiny_code_draft_te.py; `target_encoder_adapter` fits only its projection).
+Every stage resumes from its last checkpoint, so after an interruption re-run the same
+command.
 """
 
 import ast

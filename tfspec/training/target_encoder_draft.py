@@ -52,13 +52,15 @@ class AdaptedDraft:
     `trainer.Trainer` (trainable variables, weights, checkpoint names). The draft's own
     encoder is left out of the trainable variables: it is never run."""
 
-    def __init__(self, draft, draft_vocabulary=None):
+    def __init__(self, draft, draft_vocabulary=None, continued: bool = False):
         if not draft.reads_target_encoder:
             raise ValueError("AdaptedDraft needs a draft with a target-encoder adapter "
                              "(attach_target_encoder)")
         self.draft = draft
         # The draft vocabulary the exported draft decodes with (trained on all tokens).
         self.draft_vocabulary = draft_vocabulary
+        # Whether the adapter is the starting draft's own (an export continued), not a fit.
+        self.continued = continued
 
     @property
     def projection(self):
@@ -163,7 +165,8 @@ def build_adapted_draft(config, workdir: str, target, data, fit: bool = True
     draft = _initial_draft(config, workdir)
     vocabulary = draft.draft_vocab_ids
     draft.set_draft_vocabulary(None)  # Trained on all tokens; export restores the vocabulary.
-    if draft.reads_target_encoder:
+    continued = draft.reads_target_encoder
+    if continued:
         draft.bind(target)  # one line if its adapter was fitted to another target
         projection = draft.target_encoder_projection.numpy()
     elif fit:
@@ -173,7 +176,7 @@ def build_adapted_draft(config, workdir: str, target, data, fit: bool = True
         projection = np.zeros([target.config.d_model, draft.config.d_model], np.float32)
     draft.attach_target_encoder(projection, target_binding.target_fingerprint(target),
                                 section.get("target_from", "") or "")
-    return AdaptedDraft(draft, vocabulary)
+    return AdaptedDraft(draft, vocabulary, continued)
 
 
 def _objective(config, target) -> TargetEncoderDistillation:
@@ -194,7 +197,7 @@ def train_target_encoder_draft(config, workdir: str, data, max_steps: Optional[i
     directory = stages.stage_dir(workdir, STAGE)
     os.makedirs(directory, exist_ok=True)
     info = {"role": STAGE, "parameters": stages.parameter_count(model),
-            "model_config": model.draft.config.to_dict(),
+            "model_config": model.draft.config.to_dict(), "continued": model.continued,
             "train": examples_lib.token_counts(data.train),
             "validation": examples_lib.token_counts(data.validation),
             "recipe": json.loads(config.to_json())}
@@ -309,6 +312,19 @@ def fit_target_encoder_adapter(config, workdir: str, zoo_dir: Optional[str], dat
     return metrics
 
 
+def _continuations_text(section) -> str:
+    """What the stage's recipe adds to the corpus, for the model card."""
+    parts = []
+    for key, what in (("generated_prompts", "greedy"), ("sampled_prompts", "sampled"),
+                      ("greedy_prompts", "greedy")):
+        count = int(section.get(key, 0) or 0)
+        if count:
+            temperature = (f" (T = {section.get('sampled_temperature', 1.0):g})"
+                           if key == "sampled_prompts" else "")
+            parts.append(f"{what} continuations{temperature} of {count} training prompts")
+    return ("the target's " + " and ".join(parts)) if parts else "nothing else"
+
+
 def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
     section, export = _section(config), config.export
     model = info["model_config"]
@@ -346,14 +362,15 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         "",
         "## Training",
         "",
-        f"- Projection fitted by least squares from the target's encoder output to the "
-        f"draft's own over {section.get('fit_prompts', 1500)} training prompts, then the "
-        f"decoder and the projection distilled from the frozen target "
+        ("- Continued from that draft's adapter (it already read the target's encoder), "
+         if info.get("continued") else
+         f"- Projection fitted by least squares from the target's encoder output to the "
+         f"draft's own over {section.get('fit_prompts', 1500)} training prompts, then ")
+        + f"the decoder and the projection distilled from the frozen target "
         f"({section.get('divergence', 'forward_kl')} at temperature "
         f"{section.get('temperature', 1.0)} plus {section.get('label_weight', 0.1)} x label "
         "cross-entropy) with the draft reading the projected target encoder output, on the "
-        f"training examples plus the target's greedy continuations of "
-        f"{int(section.get('generated_prompts', 0) or 0)} training prompts.",
+        f"training examples plus {_continuations_text(section)}.",
         f"- AdamW, peak lr {section.learning_rate}, {section.warmup_steps} warm-up steps, "
         f"{section.decay} decay, about {config.data.batch_tokens} padded tokens per batch; "
         f"{done['steps']} steps ({done['epochs']:.2f} epochs), "

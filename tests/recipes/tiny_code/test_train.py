@@ -1,12 +1,16 @@
 """Tests of the `python -m recipes.tiny_code.train` command line on a tiny recipe."""
 
+import json
 import os
+import shutil
 
+import numpy as np
 import pytest
 
 from recipes.tiny_code import data as data_lib
 from recipes.tiny_code.train import load_config, main, parse_args
 from tfspec.training import distill, stages, trainer as trainer_lib
+from tfspec.training import feature_draft as feature_draft_training
 from tfspec.training import target_encoder_draft as target_encoder_lib
 
 from tests.tfspec.training.tiny_data import tiny_stages_data
@@ -144,11 +148,11 @@ def test_target_encoder_adapter_stage_writes_the_adapter_beside_the_exported_dra
     assert set(metrics["acceptance"]) == {"target encoder", "own encoder"}
 
 
-def test_target_encoder_draft_stage_trains_exports_then_refuses_to_start_again(tiny_data,
-                                                                                tmp_path):
+def test_target_encoder_draft_stage_trains_exports_then_continues_the_export(tiny_data,
+                                                                              tmp_path):
     """The stage trains a draft that reads the target's encoder and exports it with its
-    adapter. The exported draft is then not a starting point (init_from), and the
-    adapter-only stage does not overwrite its fine-tuned adapter with a least-squares one.
+    adapter. The adapter-only stage does not overwrite that fine-tuned adapter with a
+    least-squares one, and the export can be continued (init_from) with its adapter.
     (One flow: each stage needs the ones before it, which cost most of the time.)"""
     from tfspec import checkpoints
     workdir, zoo = str(tmp_path / "work"), str(tmp_path / "zoo")
@@ -176,9 +180,29 @@ def test_target_encoder_draft_stage_trains_exports_then_refuses_to_start_again(t
     assert [row["temperature"] for row in rates] == [0.0, 1.0]
     with pytest.raises(FileExistsError, match="already reads its target's encoder"):
         main(flags + ["--stage", "target_encoder_adapter"])
-    with pytest.raises(ValueError, match="already reads its target's encoder"):
-        main(flags + ["--stage", "target_encoder_draft",
-                      "--set", f"target_encoder_draft.init_from={exported}"])
+    # An export is a starting point too: continued with its own adapter (no new fit), on
+    # the target's sampled and greedy continuations when the recipe asks for them.
+    again = str(tmp_path / "again")
+    shutil.copytree(os.path.join(workdir, "target"), os.path.join(again, "target"))
+    continued = flags + ["--workdir", again, "--set", f"target_encoder_draft.init_from={exported}",
+                         "--set", "target_encoder_draft.sampled_prompts=2",
+                         "--set", "target_encoder_draft.greedy_prompts=1",
+                         "--set", "target_encoder_draft.generated_prompts=0"]
+    _train_stage(continued, again, "target_encoder_draft", 1)
+    stage_dir = os.path.join(again, "target_encoder_draft")
+    assert [len(distill.load_examples(os.path.join(stage_dir, name)))
+            for name in (stages.SAMPLED_FILE, stages.GREEDY_FILE)] == [2, 1]
+    assert not os.path.exists(os.path.join(stage_dir, stages.GENERATED_FILE))
+    assert [json.load(open(os.path.join(d, "target_encoder_draft", "stage.json")))["continued"]
+            for d in (workdir, again)] == [False, True]
+    config = load_config(TE_CONFIG + ":smoke",
+                         [f"target_encoder_draft.init_from={exported}"])
+    target = feature_draft_training.frozen_target(config, again,
+                                                  config.target_encoder_draft)
+    start = target_encoder_lib.build_adapted_draft(config, again, target, tiny_data)
+    np.testing.assert_array_equal(
+        start.projection.numpy(),
+        checkpoints.load_model(exported, dtype="float32").target_encoder_projection.numpy())
 
 
 def test_the_commands_refusal_is_one_line(tmp_path, capsys):
