@@ -6,8 +6,8 @@ Two levels, neither of which changes the output distribution:
   drafts up to its own horizon, stops after a draft its draft model is unsure of
   (q(d) < `confidence`, Hugging Face's `assistant_confidence_threshold`), and after each
   round moves its horizon by Hugging Face's `num_assistant_tokens` schedule (+ 2 after a
-  fully accepted horizon, - 1 after a rejection; the default) or, with `draft_cost` = c,
-  takes the walltime formula's best draft length at its running overlap,
+  fully accepted horizon, - 1 after a rejection; `draft_cost=None`) or, with `draft_cost`
+  = c (default 0.5), takes the walltime formula's best draft length at its running overlap,
   (1 + a + ... + a^h) / (1 + h c), within [1, the request's window]. The
   window is compiled; the verify is window + 1 wide (static shapes), but a T5 target on
   CPU multiplies only each row's first 1 + (its drafts) entries (`live_width`, see
@@ -96,23 +96,29 @@ class AutoDraft:
         threshold): T = 1 auto / k = 4 in the same run 0.84 and 0.83 at 0.3 (beta 0.43),
         0.92 at 0 (beta 0.54): still off.
       draft_cost: how a row's horizon moves from round to round.
-        None (the default): Hugging Face's `num_assistant_tokens` schedule, + 2 after a
-        fully accepted horizon and - 1 after a rejection, in a k_max window. It measures
-        nothing and settles where a full acceptance is about a third likely (h ~ 3 at
-        a = 0.67), whatever a draft position costs.
-        A float c: the walltime formula's best horizon for the row's running overlap a,
-        argmax over h of (1 + a + ... + a^h) / (1 + h c), c being what one more draft
-        position (a draft step and a verify row) costs over the rest of a round; each
-        request's window is then also the formula's best at the overlap of the last
+        A float c (default 0.5): the walltime formula's best horizon for the row's running
+        overlap a, argmax over h of (1 + a + ... + a^h) / (1 + h c), c being what one more
+        draft position (a draft step and a verify row) costs over the rest of a round;
+        each request's window is then also the formula's best at the overlap of the last
         requests (`Controller.window`). 0.5 is what a draft position costs the embedded
         pair in whole rounds: it picks h = 1 at a = 0.67 (T = 1), 3-4 at a >= 0.9
         (greedy).
-        A float is not the default: it compiles one loop per window (1 .. k_max, per
-        prompt bucket), which took the two test workers past this machine's 24 GiB, and
-        its T = 1 gain showed in one of two side-by-side runs (`python -m bench.speedup
-        --k 1,2,3,4,auto --temperature 0,1 --auto_draft_cost hf,0.5`; both runs are in
-        the README's measured table). Since the eager-op fix of 2026-12-05, an auto loop
-        that drafts like fixed k runs at its speed (`bench.auto_overhead`: 0.98-1.04).
+        None: Hugging Face's `num_assistant_tokens` schedule, + 2 after a fully accepted
+        horizon and - 1 after a rejection, in a k_max window. It measures nothing and
+        settles where a full acceptance is about a third likely (h ~ 3 at a = 0.67),
+        whatever a draft position costs: at T = 1 on the embedded pair its rounds cost
+        more than the tokens they gain, so `k="auto"` spent its exploring requests at
+        ~0.75x autoregressive speed (the example report's T = 1 sweeps) and settled on
+        autoregressive decoding where fixed k = 1 was faster.
+        Measured side by side (`python -m bench.speedup --k 1,2,4,auto --temperature 0,1
+        --repeats 5 --auto_draft_cost hf,0.5`, 8 held-out prompts, 2026-12-06 evening):
+        T = 1 **1.32x** with 0.5 against 0.81x with None (fixed k = 1 1.18x); greedy
+        1.23x against 1.34x in that run and 1.34x against 1.24x in the next (`--k 4,auto
+        --temperature 0 --repeats 7 --auto_draft_cost hf,0.25,0.5`; 0.25 1.32x, k = 4
+        1.33x): the same within this machine's spread. None was the default until then.
+        Cost: a float compiles one loop per window the controller picks (1 .. k_max, per
+        prompt bucket; `evals` warms them all), None one; where programs' memory is short
+        (e.g. many models in one process) pass None.
       initial_k: the horizon of the first request, default min(4, k_max) (later requests
         start from the horizon the previous one ended with).
       fallback: run autoregressive decoding when it measured faster.
@@ -123,7 +129,7 @@ class AutoDraft:
 
     k_max: int = 4
     confidence: float = 0.0
-    draft_cost: Optional[float] = None
+    draft_cost: Optional[float] = 0.5
     initial_k: Optional[int] = None
     fallback: bool = True
     explore: int = 4
@@ -295,8 +301,8 @@ class Controller:
 
     def window(self) -> int:
         """The draft length the next speculative request is compiled for, in [1, k_max]:
-        k_max under Hugging Face's schedule; with `draft_cost`, the formula's best length
-        at the running `overlap` (`formula_horizon`).
+        with `draft_cost` (the default), the formula's best length at the running
+        `overlap` (`formula_horizon`); k_max under Hugging Face's schedule.
 
         Why not always k_max: a round pays for its window's width even where rows draft
         less (verify rows, V-wide probabilities at T > 0, the rule), measured on the

@@ -252,8 +252,8 @@ def generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
       draft: the proposal model; None (or k = 0) decodes autoregressively through the same
         compiled machinery: the baseline every speed-up is measured against.
       k: draft tokens per round; or "auto" (or a `tfspec.AutoDraft`): adaptive draft length
-        up to `k_max` (per row by Hugging Face's schedule, or with `draft_cost` by the
-        walltime formula at the measured acceptance), and autoregressive decoding where
+        up to `k_max` (per row by the walltime formula at the measured acceptance, or with
+        `draft_cost=None` by Hugging Face's schedule), and autoregressive decoding where
         that measured faster (see `tfspec.adaptive`).
       max_new_tokens: tokens to generate per row at most.
       sampling: `Sampling` applied identically to target and draft; default temperature 1.

@@ -443,8 +443,8 @@ def test_auto_mode_compiles_all_of_its_loops_before_timing(spec, make_items):
     args = generation.inference_args([("speculative_kauto", records.AUTO)],
                                      {"temperature": 0.9, "top_k": 7, "top_p": 1.0}, 0, MAX_NEW)
     first, second = make_items(1, samples=2)  # One prompt twice: one request shape.
-    # The autoregressive loop and, per window, a speculative one: one window (k_max) under
-    # Hugging Face's schedule (the default), 1..k_max under the formula's.
+    # The autoregressive loop and, per window, a speculative one: 1..k_max under the
+    # formula's schedule (the default), one window (k_max) under Hugging Face's.
     auto = tfspec.AutoDraft()
     loops = 1 + (1 if auto.draft_cost is None else auto.k_max)
     before = traces()
