@@ -34,6 +34,13 @@ Measured here (2-core CPU, 2026-12-05; 64 held-out completion prompts, k = 4, 64
   export): greedy 0.863 against 0.811 (beta 0.942 against 0.916), T = 1 0.373 against 0.381
   (beta 0.648 against 0.639); 32 docsum prompts greedy 0.928 against 0.953, T = 1 0.445
   against 0.358.
+- The "sampled" variant (2026-12-06 evening: the shipped draft continued 1200 steps, 35 min,
+  on the corpus plus the target's sampled (T = 1) and greedy continuations of 2048 training
+  prompts each, forward KL without the label term; the export's table, 64 held-out prompts,
+  beside the shipped draft): T = 1 beta 0.665 against 0.649 (acceptance 0.410 against
+  0.386), but greedy beta 0.933 against 0.954 (acceptance 0.826 against 0.870);
+  teacher-forced overlap 0.703 against 0.691. Not shipped: the draft may not trade greedy
+  agreement for sampled agreement. Untried: the label term kept (0.1), more greedy data.
 """
 
 from configs import common

@@ -383,7 +383,7 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         "",
         f"`tfspec.generate` on {export.num_prompts} held-out completion prompts, k = "
         f"{export.k}, max_new_tokens {export.max_new_tokens}"
-        + (f", beside `{compare}` (its own encoder) on the same prompts:" if compare
+        + (f", beside `{compare}` on the same prompts:" if compare
            else ":"),
         "",
     ]
