@@ -10,7 +10,9 @@ bucket for the embedded pair, 13-15 ms of ~60 ms at 384 (see `TargetEncoderDraft
 (`T5.attach_target_encoder`) cross-attends to the target's encoder output times a
 projection [D_target, D] instead, which the target computes for the request anyway.
 
-The stage starts from the recipe section's `init_from` draft (e.g. zoo:tiny-code-draft):
+The stage starts from the recipe section's `init_from` draft (e.g. a draft with its own
+encoder; one that already reads the target's encoder, an export of this stage, is continued
+with its own adapter, skipping step 1):
 
 1. Its projection is fitted by least squares: P = argmin ||T P - E||^2 over the valid
    positions of `fit_prompts` training prompts, T the target's encoder output, E the draft's
