@@ -371,7 +371,7 @@ class Generator:
             # another controller; the compiled loop of a window is the same), so the
             # warm-up is not a request the run's controller sees: a fresh controller's
             # window is its k_max (`adaptive.PRIOR_OVERLAP`), so k_max = w compiles w.
-            auto = adaptive.AutoDraft()
+            auto = adaptive.resolve(records.AUTO)
             windows = (range(1, auto.k_max + 1) if auto.draft_cost is not None
                        else [auto.k_max])
 

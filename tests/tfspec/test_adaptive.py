@@ -427,3 +427,17 @@ def test_auto_under_every_strategy(strategy):
     gen = tfspec.generate(target, PROMPTS, draft=target, k=auto, **kwargs)
     np.testing.assert_array_equal(gen.tokens, ar.tokens)
     np.testing.assert_array_equal(gen.stats.accepted, gen.stats.drafted)
+
+
+@pytest.mark.auto_default
+def test_auto_resolves_to_the_formulas_schedule():
+    """`k="auto"` ships the walltime formula's schedule at draft_cost 0.5 (the rest of the
+    suite runs "auto" in one window: tests/conftest.py's `_auto_in_one_window`)."""
+    assert adaptive.resolve("auto") == adaptive.AutoDraft()
+    assert adaptive.AutoDraft().draft_cost == 0.5
+    assert adaptive.resolve("auto") is not None and adaptive.resolve(3) is None
+
+
+def test_the_suite_runs_auto_in_one_window():
+    assert adaptive.resolve("auto").draft_cost is None
+    assert adaptive.resolve(adaptive.AutoDraft()).draft_cost == 0.5
