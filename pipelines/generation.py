@@ -367,19 +367,23 @@ class Generator:
             # fallback, or speculation compiled for the window its controller chose), so
             # one untimed call would compile only one of them and the others would compile
             # inside timed calls (measured: 10-15 s records in a HumanEval T = 1 sweep).
-            # Warm them all, each through a controller of its own (other settings are
-            # another controller; the compiled loop of a window is the same), so the
-            # warm-up is not a request the run's controller sees: a fresh controller's
-            # window is its k_max (`adaptive.PRIOR_OVERLAP`), so k_max = w compiles w.
+            # Warm them all, each through a fresh controller that is then dropped
+            # (`adaptive.untracked`), so the warm-up is not a request the run's controller
+            # sees: a fresh controller's window is its k_max (`adaptive.PRIOR_OVERLAP`), so
+            # k_max = w compiles w. (Kept controllers learnt their first bucket's overlap
+            # and compiled window 1 for every later bucket: a 5.7 s record at the first
+            # 256-token prompt of a HumanEval T = 1 run, window 2 compiling in it.)
             auto = adaptive.resolve(records.AUTO)
             windows = (range(1, auto.k_max + 1) if auto.draft_cost is not None
                        else [auto.k_max])
 
             def warm_fn():
                 self._call(target, prompts, keys, 0, args)
-                for window in windows:
-                    self._call(target, prompts, keys,
-                               dataclasses.replace(auto, k_max=window, fallback=False), args)
+                with adaptive.untracked():
+                    for window in windows:
+                        self._call(target, prompts, keys,
+                                   dataclasses.replace(auto, k_max=window, fallback=False),
+                                   args)
         gen, seconds = self._timed(
             ("generate", k, len(prompts), width, _static_args(args)),
             lambda: self._call(target, prompts, keys, k, args), phase="decoding",

@@ -47,6 +47,7 @@ across processes only with `fallback=False` (or a fixed k).
 """
 
 import collections
+import contextlib
 import dataclasses
 import math
 import weakref
@@ -368,13 +369,32 @@ _CONTROLLERS: "weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary]" = (
     weakref.WeakKeyDictionary())
 
 
+_UNTRACKED = [0]  # Depth of `untracked` blocks.
+
+
+@contextlib.contextmanager
+def untracked():
+    """Within this block every `k="auto"` call gets a fresh controller that is not kept:
+    its call neither reads nor changes what later calls' controllers learnt. For warm-up
+    calls that must compile a given window (a fresh controller's window is its k_max).
+    Not thread-safe: for sequential warm-ups."""
+    _UNTRACKED[0] += 1
+    try:
+        yield
+    finally:
+        _UNTRACKED[0] -= 1
+
+
 def controller(target, draft, sampling, auto: AutoDraft, acceptance=None) -> Controller:
-    """The `Controller` of this (target, draft, sampling, settings), created on first use.
+    """The `Controller` of this (target, draft, sampling, settings), created on first use
+    (inside `untracked`, a new one each call, not kept).
 
     `acceptance`: None for the exact rule, else the (hashable) typical-acceptance settings,
     whose accepted runs and timings are not the exact rule's, so they get a controller of
     their own.
     """
+    if _UNTRACKED[0]:
+        return Controller(auto)
     per_draft = _CONTROLLERS.setdefault(target, weakref.WeakKeyDictionary())
     table = per_draft.setdefault(draft, {})
     key = (sampling, auto) if acceptance is None else (sampling, auto, acceptance)

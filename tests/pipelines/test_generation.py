@@ -457,3 +457,11 @@ def test_auto_mode_compiles_all_of_its_loops_before_timing(spec, make_items):
     # ran the autoregressive fallback), and the timed calls compiled nothing.
     assert speculative["drafted"] > 0 and fallback["drafted"] == 0
     assert traces() == before + loops
+    # A prompt of another bucket warms every window again: the warm-up's controllers are
+    # not kept, so none of them has learnt a smaller window from the first bucket.
+    width = tf_generation.prompt_bucket(len(generator._encode(first.example.prompt)))
+    other = next(item for item in make_items(40)
+                 if tf_generation.prompt_bucket(len(generator._encode(item.example.prompt)))
+                 != width)
+    generator.run([other], args)
+    assert traces() == before + 2 * loops

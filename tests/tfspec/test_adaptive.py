@@ -441,3 +441,17 @@ def test_auto_resolves_to_the_formulas_schedule():
 def test_the_suite_runs_auto_in_one_window():
     assert adaptive.resolve("auto").draft_cost is None
     assert adaptive.resolve(adaptive.AutoDraft()).draft_cost == 0.5
+
+
+def test_untracked_controllers_are_fresh_and_not_kept(models):
+    target, draft = models
+    auto = adaptive.AutoDraft(k_max=3)
+    sampling = tfspec.Sampling()
+    kept = adaptive.controller(target, draft, sampling, auto)
+    kept.record((1, 8, 4), adaptive.SPECULATIVE, 0.01, 4, compiled=False, overlap=(0.0, 4.0))
+    with adaptive.untracked():
+        fresh = adaptive.controller(target, draft, sampling, auto)
+        assert fresh is not kept and fresh.window() == 3  # Its k_max: nothing learnt.
+        assert adaptive.controller(target, draft, sampling, auto) is not fresh
+    assert adaptive.controller(target, draft, sampling, auto) is kept
+    assert kept.window() == 1  # What it learnt (overlap 0) is still there.
