@@ -317,13 +317,13 @@ def fit_target_encoder_adapter(config, workdir: str, zoo_dir: Optional[str], dat
 def _continuations_text(section) -> str:
     """What the stage's recipe adds to the corpus, for the model card."""
     parts = []
-    for key, what in (("generated_prompts", "greedy"), ("sampled_prompts", "sampled"),
-                      ("greedy_prompts", "greedy")):
+    for key, temperature in (("generated_prompts", section.get("generated_temperature", 0.0)),
+                             ("sampled_prompts", section.get("sampled_temperature", 1.0)),
+                             ("greedy_prompts", 0.0)):
         count = int(section.get(key, 0) or 0)
         if count:
-            temperature = (f" (T = {section.get('sampled_temperature', 1.0):g})"
-                           if key == "sampled_prompts" else "")
-            parts.append(f"{what} continuations{temperature} of {count} training prompts")
+            what = "greedy" if not temperature else f"sampled (T = {temperature:g})"
+            parts.append(f"{what} continuations of {count} training prompts")
     return ("the target's " + " and ".join(parts)) if parts else "nothing else"
 
 
