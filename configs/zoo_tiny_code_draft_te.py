@@ -17,6 +17,11 @@ target's greedy continuations of 2048 training prompts
 
 The export keeps the draft's previous model card as a section of the new one. A starting
 draft (`init_from`) that already reads a target's encoder is continued with its adapter.
+The export's draft vocabulary is the section's `draft_vocab_size` most frequent target
+tokens of the training examples; an export already in the zoo gets it without retraining:
+
+    python -m recipes.tiny_code.train --config configs/zoo_tiny_code_draft_te.py \
+        --stage target_encoder_draft_vocabulary   # rewrites its draft_vocabulary.json
 
 Variants (`:ARG`): "full" (default), "sampled" (continues the shipped draft on the target's
 sampled continuations, see `_continue_on_sampled`; its own workdir), "smoke" (a few steps
@@ -67,6 +72,10 @@ def get_config(arg=None):
     section.divergence = "forward_kl"
     section.temperature = 1.0
     section.label_weight = 0.1
+    # The export's draft vocabulary: the 4096 most frequent target tokens of the training
+    # examples (0: the starting draft's). --stage target_encoder_draft_vocabulary gives an
+    # existing export this vocabulary without retraining (see the module docstring).
+    section.draft_vocab_size = 4096
     # The target's greedy continuations, as the draft stage of zoo_tiny_code.py trains on.
     section.generated_prompts = 2048
     section.generated_temperature = 0.0

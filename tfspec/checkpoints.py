@@ -598,15 +598,27 @@ def save_model(model: T5, directory, dtype: Optional[str] = None) -> str:
     stale_index = os.path.join(directory, INDEX_FILE)
     if os.path.exists(stale_index):
         os.remove(stale_index)  # model.safetensors now holds everything.
-    vocabulary_path = os.path.join(directory, DRAFT_VOCABULARY_FILE)
-    if model.draft_vocab_ids is not None:
-        with open(vocabulary_path, "w", encoding="utf-8") as f:
-            json.dump({"ids": model.draft_vocab_ids.tolist()}, f)
-            f.write("\n")
-    elif os.path.exists(vocabulary_path):
-        os.remove(vocabulary_path)  # The model has its full vocabulary again.
+    save_draft_vocabulary(model, directory)
     save_target_encoder(model, directory)
     return directory
+
+
+def save_draft_vocabulary(model: T5, directory) -> Optional[str]:
+    """Writes `model`'s draft vocabulary (`T5.set_draft_vocabulary`) as
+    DIR/draft_vocabulary.json, or removes that file for a full vocabulary; returns its path
+    or None. Written beside and then renamed over the old file, so a crash leaves the old
+    vocabulary or the new one, never half of one."""
+    path = os.path.join(os.fspath(directory), DRAFT_VOCABULARY_FILE)
+    if model.draft_vocab_ids is None:
+        if os.path.exists(path):
+            os.remove(path)  # The model has its full vocabulary again.
+        return None
+    partial = path + ".partial"
+    with open(partial, "w", encoding="utf-8") as f:
+        json.dump({"ids": model.draft_vocab_ids.tolist()}, f)
+        f.write("\n")
+    os.replace(partial, path)
+    return path
 
 
 def save_target_encoder(model: T5, directory) -> Optional[str]:

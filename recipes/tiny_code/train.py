@@ -13,7 +13,8 @@ acceptance), `all` (those three in order, skipping finished ones); `feature_draf
 (configs/zoo_tiny_code_eagle.py), `medusa` and `medusa_export` Medusa heads for a frozen
 target (configs/zoo_tiny_code_medusa.py), `target_encoder_draft` and
 `target_encoder_draft_export` a T5 draft that reads its target's encoder output
-(configs/zoo_tiny_code_draft_te.py; `target_encoder_adapter` fits only its projection).
+(configs/zoo_tiny_code_draft_te.py; `target_encoder_adapter` fits only its projection,
+`target_encoder_draft_vocabulary` resizes an export's draft vocabulary without retraining).
 Every stage resumes from its last checkpoint, so after an interruption re-run the same
 command.
 """
@@ -73,13 +74,14 @@ def parse_args(argv=None):
                         choices=("target", "draft", "export", "all", "feature_draft",
                                  "feature_draft_export", "medusa", "medusa_export",
                                  "target_encoder_draft", "target_encoder_draft_export",
-                                 "target_encoder_adapter"),
+                                 "target_encoder_adapter", "target_encoder_draft_vocabulary"),
                         help="what to run (feature_draft*: the recipe's feature_draft "
                              "section, an EAGLE-style head for a frozen target; medusa*: its "
                              "medusa section, Medusa heads for a frozen target; "
                              "target_encoder_*: its target_encoder_draft section, a T5 "
                              "draft that reads its target's encoder output: the adapter "
-                             "alone, or fine-tuned with it)")
+                             "alone, or fine-tuned with it, or the export's draft "
+                             "vocabulary resized to the section's draft_vocab_size)")
     parser.add_argument("--max_steps", type=int, default=None,
                         help="Train the training stages to this step instead of the "
                              "config's steps (the learning-rate schedule is unchanged).")
@@ -146,6 +148,9 @@ def main(argv=None):
                 config, workdir, args.zoo_dir, data)
         elif stage == target_encoder_lib.EXPORT_STAGE:
             results[stage] = target_encoder_lib.export_target_encoder_draft(
+                config, workdir, args.zoo_dir, data)
+        elif stage == target_encoder_lib.VOCABULARY_STAGE:
+            results[stage] = target_encoder_lib.resize_draft_vocabulary(
                 config, workdir, args.zoo_dir, data)
         else:
             results[stage] = export.export_pair(config, workdir, args.zoo_dir, data)

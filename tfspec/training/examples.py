@@ -36,6 +36,8 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tfspec.models import target_binding
+
 COMPLETION = "completion"
 DOCSUM = "docsum"
 TASKS = (COMPLETION, DOCSUM)
@@ -280,3 +282,13 @@ def token_counts(examples: Sequence[Example]) -> Dict[str, int]:
     return {"examples": len(examples),
             "encoder_tokens": int(sum(len(e.encoder_ids) for e in examples)),
             "target_tokens": int(sum(len(e.target_ids) for e in examples))}
+
+
+def frequent_target_tokens(examples: Sequence[Example], vocab_size: int, size: int,
+                           always: Sequence[int] = ()) -> np.ndarray:
+    """The `size` most frequent token ids of `examples`' target sequences (ties: lower id),
+    `always` (e.g. EOS) included: a draft vocabulary, int32 [size] sorted."""
+    counts = np.zeros([vocab_size], np.int64)
+    for e in examples:
+        np.add.at(counts, e.target_ids, 1)
+    return target_binding.draft_vocabulary(counts, size, always=always)

@@ -135,11 +135,8 @@ def assign_draft_vocabulary(draft, examples) -> None:
     target sequences (EOS always in); nothing for a full vocabulary."""
     if draft.full_vocabulary:
         return
-    counts = np.zeros([draft.vocab_size], np.int64)
-    for e in examples:
-        np.add.at(counts, e.target_ids, 1)
-    vocab = feature_draft_lib.draft_vocabulary(
-        counts, draft.config.draft_vocab_size,
+    vocab = examples_lib.frequent_target_tokens(
+        examples, draft.vocab_size, draft.config.draft_vocab_size,
         always=[i for i in (draft.eos_id,) if i is not None])
     draft.draft_vocab.assign(vocab)
 

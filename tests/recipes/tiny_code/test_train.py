@@ -173,6 +173,7 @@ def test_target_encoder_draft_stage_trains_exports_then_continues_the_export(tin
     # The export replaced the draft; its card keeps the one it replaced, once.
     card = open(os.path.join(exported, "MODEL_CARD.md")).read()
     assert "reads the target's encoder output" in card and exported_metrics["size_mb"] < 15
+    assert "Draft vocabulary: the 4096 most frequent target tokens" in card
     assert card.count(target_encoder_lib.BEFORE_HEADING) == 1 and before in card
     assert os.path.exists(os.path.join(exported, checkpoints.TARGET_ENCODER_FILE))
     assert checkpoints.load_model(exported).reads_target_encoder
@@ -180,6 +181,22 @@ def test_target_encoder_draft_stage_trains_exports_then_continues_the_export(tin
     assert [row["temperature"] for row in rates] == [0.0, 1.0]
     with pytest.raises(FileExistsError, match="already reads its target's encoder"):
         main(flags + ["--stage", "target_encoder_adapter"])
+    # Its draft vocabulary resized in place: the most frequent target tokens, EOS in; the
+    # weights untouched; acceptance measured with both vocabularies.
+    weights = open(os.path.join(exported, checkpoints.WEIGHTS_FILE), "rb").read()
+    resized = main(flags + ["--set", "target_encoder_draft.draft_vocab_size=64", "--stage",
+                            "target_encoder_draft_vocabulary"])[
+        "target_encoder_draft_vocabulary"]
+    ids = json.load(open(os.path.join(exported, checkpoints.DRAFT_VOCABULARY_FILE)))["ids"]
+    counts = np.bincount(np.concatenate([e.target_ids for e in tiny_data.train]),
+                         minlength=8192)
+    assert len(ids) == 64 and ids == sorted(ids) and 1 in ids
+    assert min(counts[ids]) >= max(np.delete(counts, ids + [1]))
+    assert (resized["size_before"], resized["size_after"]) == (4096, 64)
+    assert [[row["temperature"] for row in resized["acceptance"][label]]
+            for label in ("before", "after")] == [[0.0, 1.0]] * 2
+    assert open(os.path.join(exported, checkpoints.WEIGHTS_FILE), "rb").read() == weights
+    assert len(checkpoints.load_model(exported).draft_vocab_ids) == 64
     # An export is a starting point too: continued with its own adapter (no new fit), on
     # the target's sampled and greedy continuations when the recipe asks for them.
     again = str(tmp_path / "again")
@@ -203,6 +220,27 @@ def test_target_encoder_draft_stage_trains_exports_then_continues_the_export(tin
     np.testing.assert_array_equal(
         start.projection.numpy(),
         checkpoints.load_model(exported, dtype="float32").target_encoder_projection.numpy())
+
+
+@pytest.mark.parametrize("export_first,size,error", [
+    (False, 64, "holds no draft checkpoint"),
+    (True, 0, "set target_encoder_draft.draft_vocab_size"),
+    (True, 9000, "expected 1..8192"),
+])
+def test_the_vocabulary_stage_refuses_what_it_cannot_resize(tmp_path, capsys, export_first,
+                                                           size, error):
+    from recipes.tiny_code.train import run
+    zoo = tmp_path / "zoo"
+    if export_first:  # A checkpoint to resize (random weights: the stage refuses first).
+        from tfspec import checkpoints
+        model = stages.build_model(load_config(CONFIG + ":smoke"), stages.DRAFT)
+        checkpoints.save_model(model, str(zoo / "tiny-code-draft"))
+    assert run(["--config", TE_CONFIG + ":smoke", "--workdir", str(tmp_path / "work"),
+                "--zoo_dir", str(zoo), "--no_progress", "--stage",
+                "target_encoder_draft_vocabulary", "--set",
+                f"target_encoder_draft.draft_vocab_size={size}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error in err
 
 
 def test_the_commands_refusal_is_one_line(tmp_path, capsys):
