@@ -215,7 +215,7 @@ def resize_draft_vocabulary(config, workdir: str, zoo_dir: Optional[str], data
     Why: q = 0 outside the vocabulary, so the target's mass there is never accepted. At
     T = 1 that mass is not small: the embedded draft's 2048 tokens cover 93% of the
     training targets' tokens and hold its held-out beta at 0.649 where all 8192 give 0.671
-    (see configs/zoo_tiny_code_draft_te.py).
+    (the draft's model card, "Draft vocabulary").
 
     Returns:
       The metrics (also WORKDIR/target_encoder_draft_vocabulary/metrics.json): the sizes
