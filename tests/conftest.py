@@ -9,7 +9,10 @@ is `tfspec.distribute.resolve_strategy(NAME)` (`tpu:local` on a Cloud TPU VM). T
 `python -m pytest` (what CI runs) covers the mirrored matrix on a small set of tests.
 """
 
+import ctypes
+import ctypes.util
 import dataclasses
+import gc
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -80,6 +83,35 @@ def _auto_in_one_window(request, monkeypatch):
         return auto
 
     monkeypatch.setattr(adaptive, "resolve", one_window)
+
+
+def _libc_malloc_trim():
+    """glibc's malloc_trim, or None (another C library or OS)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _libc_malloc_trim()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _return_freed_memory():
+    """After each test module: collect garbage and hand glibc's free heap pages back to the
+    OS (malloc_trim).
+
+    Why: the suite's two workers peak within ~0.3 GB of this machine's 24 GiB (TensorFlow
+    keeps every compiled program, see `_auto_in_one_window`), and XLA's compiler frees
+    most of what it allocates into glibc's per-thread arenas, which keep it. Measured on a
+    loop that makes a tiny pair and compiles 4 loops per iteration: 170 MB less resident
+    memory with the trim (312 against 485 MB after the first iteration), the same growth
+    per iteration after it.
+    """
+    yield
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def pytest_report_header(config):
