@@ -195,9 +195,14 @@ def _draft_vocabulary(config, draft, data) -> Optional[np.ndarray]:
         always=[i for i in (draft.eos_id,) if i is not None])
 
 
+def _configured_vocab_size(section) -> int:
+    """The section's `draft_vocab_size`; 0 when unset (keep the starting draft's)."""
+    return int(section.get("draft_vocab_size", 0) or 0)
+
+
 def _draft_vocab_size(config, draft) -> int:
     """The section's `draft_vocab_size` (0: none), checked against `draft`'s vocabulary."""
-    size = int(_section(config).get("draft_vocab_size", 0) or 0)
+    size = _configured_vocab_size(_section(config))
     if not 0 <= size <= draft.vocab_size:
         raise ValueError(f"{STAGE}.draft_vocab_size is {size}; expected 1..{draft.vocab_size} "
                          "(the draft's vocabulary size), or 0 to keep the starting draft's")
@@ -403,7 +408,7 @@ def _continuations_text(section) -> str:
 
 def _vocabulary_text(section) -> str:
     """The model card's line on the export's draft vocabulary."""
-    size = int(section.get("draft_vocab_size", 0) or 0)
+    size = _configured_vocab_size(section)
     if not size:
         return "- Draft vocabulary: the starting draft's (`draft_vocabulary.json`, if any)."
     return (f"- Draft vocabulary: the {size} most frequent target tokens of the training "
