@@ -71,6 +71,9 @@ def run_headline(run: "report.Run") -> str:
                      f"{_fmt(latency.get('ms_per_token'), 3)} ms/token")
     spec = run.run_entry("speculative")
     parts = [f"speed-up {_fmt(summary.get('speedup'), 2, 'x')}"]
+    matched = _num(summary.get("matched_speedup"))
+    if matched is not None and sampling.get("temperature"):
+        parts.append(f"length-matched {matched:.2f}x")
     if spec:
         acceptance = (spec.get("acceptance") or {}).get("acceptance_rate")
         parts.append(f"acceptance {_fmt(acceptance, 3)}")

@@ -24,6 +24,12 @@ Conventions:
   answers differ in length by mode, and so does each mode's fixed cost per token); with
   no in-run fit (batched runs), the calibration program's costs (`pipelines.generation`);
   None without a calibration that measured round costs.
+* `matched_speedup` = the length-matched speed-up (`matched_speedup`): the autoregressive
+  mode's mean seconds per request over this mode's fitted seconds for a request of the same
+  length (`evals.request_cost.RequestLengthAccumulator`, batch-1 requests). At temperature
+  0 every mode emits the same tokens and it equals `speedup`; at T > 0 each mode samples
+  answers of its own lengths and a request's ~20 ms fixed part makes `speedup` partly a
+  measure of those lengths (HumanEval at T = 1, K = 1: 0.96x plain, 1.02x matched).
 * Metrics that cannot be computed are None (JSON null).
 """
 
@@ -31,6 +37,7 @@ import math
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from evals import records
+from evals import request_cost
 from evals import walltime
 
 PERCENT_PREFIXES = ("pass@",)
@@ -181,6 +188,26 @@ def speedup(baseline_latency: Optional[Mapping[str, Any]],
     return base / mine
 
 
+def matched_speedup(baseline_metrics: Optional[Mapping[str, Any]],
+                    metrics: Optional[Mapping[str, Any]]) -> Optional[float]:
+    """The autoregressive mode's mean seconds per request over this mode's fitted seconds
+    for a request of the autoregressive mode's mean length (both `request_length` lines);
+    None without both lines (e.g. batched runs).
+
+    The autoregressive side is its own line at its own mean length, i.e. its mean request
+    time (a least-squares line passes through the means), so with equal lengths in both
+    modes (greedy) this is the plain `speedup`."""
+    base = (baseline_metrics or {}).get("request_length")
+    mine = (metrics or {}).get("request_length")
+    if not base or not mine:
+        return None
+    tokens = float(base["mean_tokens"])
+    seconds = request_cost.seconds_at(mine, tokens)
+    if not seconds > 0:
+        return None
+    return request_cost.seconds_at(base, tokens) / seconds
+
+
 def run_entry(k, metrics: Mapping[str, Any],
               calibration: Optional[Mapping[str, Any]],
               baseline_latency: Optional[Mapping[str, Any]] = None) -> dict:
@@ -218,7 +245,7 @@ def build_summary(header: Mapping[str, Any], modes: Sequence[Tuple[str, int]],
     Returns:
       The summary dict: HEADER_KEYS, `runs` with "speculative" (the --k run) and
       "autoregressive" (the baseline) when they ran ("completions" in completions mode),
-      and `speedup`.
+      `speedup` and `matched_speedup`.
     """
     summary: Dict[str, Any] = {key: header.get(key) for key in HEADER_KEYS}
     baseline = metrics.get(records.AUTOREGRESSIVE, {}).get("latency")
@@ -229,8 +256,10 @@ def build_summary(header: Mapping[str, Any], modes: Sequence[Tuple[str, int]],
     summary["runs"] = runs
     summary["speedup"] = speedup(runs.get(records.AUTOREGRESSIVE, {}).get("latency"),
                                  runs.get(records.SPECULATIVE, {}).get("latency"))
+    summary["matched_speedup"] = matched_speedup(metrics.get(records.AUTOREGRESSIVE),
+                                                 metrics.get(records.SPECULATIVE))
     if records.SPECULATIVE not in runs or records.AUTOREGRESSIVE not in runs:
-        summary["speedup"] = None
+        summary["speedup"] = summary["matched_speedup"] = None
     summary.update(extra or {})
     return summary
 
@@ -238,8 +267,9 @@ def build_summary(header: Mapping[str, Any], modes: Sequence[Tuple[str, int]],
 def build_sweep(modes: Sequence[Tuple[str, int]], metrics: Mapping[str, Mapping[str, Any]],
                 calibration: Optional[Mapping[str, Any]] = None,
                 ks: Optional[Sequence[int]] = None) -> list:
-    """sweep.json: one entry per K (ascending), each a `runs.*` entry plus `k`, `mode` and
-    `speedup` (over the K = 0 entry of the same run, None without one).
+    """sweep.json: one entry per K (ascending), each a `runs.*` entry plus `k`, `mode`,
+    `speedup` and `matched_speedup` (over the K = 0 entry of the same run, None without
+    one).
 
     Args:
       modes: the run's (mode, k) pairs.
@@ -256,6 +286,8 @@ def build_sweep(modes: Sequence[Tuple[str, int]], metrics: Mapping[str, Mapping[
         entry = {"k": k, "mode": mode}
         entry.update(run_entry(k, metrics.get(mode, {}), calibration, baseline))
         entry["speedup"] = speedup(baseline, entry["latency"]) if 0 in by_k else None
+        entry["matched_speedup"] = (matched_speedup(metrics.get(by_k[0]), metrics.get(mode))
+                                    if 0 in by_k else None)
         entries.append(entry)
     return entries
 

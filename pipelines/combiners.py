@@ -13,10 +13,12 @@ the example's reference output:
 * `AcceptanceCombineFn`: `evals.acceptance.AcceptanceAccumulator` (counter sums).
 * `RequestCostCombineFn`: `evals.request_cost.RequestCostAccumulator` (the least-squares
   line of a batch-1 request's seconds on its rounds, which the calibrated model reads).
+* `RequestLengthCombineFn`: `evals.request_cost.RequestLengthAccumulator` (the line of a
+  batch-1 request's seconds on its tokens, which the length-matched speed-up reads).
 
-`mode_metrics_fn(task, pass_at)` combines the four in one pass and `to_metrics` names the
+`mode_metrics_fn(task, pass_at)` combines the five in one pass and `to_metrics` names the
 result: {"quality": ..., "latency": ... or None, "acceptance": ... or None,
-"request_cost": ... or None}.
+"request_cost": ... or None, "request_length": ... or None}.
 """
 
 from typing import Any, Iterable, Optional, Sequence
@@ -123,37 +125,49 @@ class AcceptanceCombineFn(beam.CombineFn):
 
 
 class RequestCostCombineFn(beam.CombineFn):
-    """`evals.request_cost` line of one mode's batch-1 records (None without a fit)."""
+    """`evals.request_cost` line of one mode's batch-1 records on their rounds (None
+    without a fit)."""
+
+    accumulator_cls = request_cost.RequestCostAccumulator
+    count_key = "rounds"
 
     def create_accumulator(self):
-        return request_cost.RequestCostAccumulator.create()
+        return self.accumulator_cls.create()
 
     def add_input(self, accumulator, element):
         line, _ = element
         # A batched call's time is shared by rows of different rounds: batch 1 only.
-        if (line.get("time_s") is None or line.get("rounds") is None
+        if (line.get("time_s") is None or line.get(self.count_key) is None
                 or int(line.get("batch_size") or 1) != 1):
             return accumulator
-        accumulator.add(line["time_s"], line["rounds"])
+        accumulator.add(line["time_s"], line[self.count_key])
         return accumulator
 
     def merge_accumulators(self, accumulators):
-        return request_cost.RequestCostAccumulator.merge(accumulators)
+        return self.accumulator_cls.merge(accumulators)
 
     def extract_output(self, accumulator) -> Optional[dict]:
         return accumulator.extract()
 
 
+class RequestLengthCombineFn(RequestCostCombineFn):
+    """`evals.request_cost` line of one mode's batch-1 records on their emitted tokens
+    (None without a fit)."""
+
+    accumulator_cls = request_cost.RequestLengthAccumulator
+    count_key = "num_tokens"
+
+
 def mode_metrics_fn(task_name: str, pass_at: Optional[Sequence[int]] = None) -> beam.CombineFn:
-    """One CombineFn computing (quality, latency, acceptance, request cost) of the same
-    inputs."""
+    """One CombineFn computing (quality, latency, acceptance, request cost, request length)
+    of the same inputs."""
     return beam_combiners.SingleInputTupleCombineFn(
         QualityCombineFn(task_name, pass_at), LatencyCombineFn(), AcceptanceCombineFn(),
-        RequestCostCombineFn())
+        RequestCostCombineFn(), RequestLengthCombineFn())
 
 
 def to_metrics(combined: Sequence[Any]) -> dict:
     """Names the output of `mode_metrics_fn`."""
-    quality, latency_summary, acceptance_summary, cost = combined
+    quality, latency_summary, acceptance_summary, cost, length = combined
     return {"quality": quality, "latency": latency_summary, "acceptance": acceptance_summary,
-            "request_cost": cost}
+            "request_cost": cost, "request_length": length}

@@ -393,7 +393,12 @@ def describe(output_dir: str, summary: dict) -> str:
             parts.append(f"calibrated speed-up {entry['calibrated_speedup']:.2f}x")
         lines.append("; ".join(parts))
     if summary.get("speedup") is not None:
-        lines.append(f"  measured speed-up {summary['speedup']:.2f}x")
+        matched = summary.get("matched_speedup")
+        sampled = (summary.get("sampling") or {}).get("temperature")
+        lines.append(f"  measured speed-up {summary['speedup']:.2f}x"
+                     + (f" ({matched:.2f}x at one request length: the modes sampled "
+                        f"answers of other lengths)" if matched is not None and sampled
+                        else ""))
     acceptance = summary.get("acceptance") or {}
     if acceptance.get("distribution_preserving") is False:
         lines.append(f"  NOTE: {acceptance.get('note')} (epsilon {acceptance.get('epsilon')}, "

@@ -177,6 +177,7 @@ def sweep_rows(run: Run) -> List[Dict[str, Any]]:
             "alpha": number(acceptance.get("beta_mean")) if k else None,
             "loop_ms": loop_time_ms(entry, k),
             "speedup": number(entry.get("speedup")),
+            "matched": number(entry.get("matched_speedup")),
             "predicted": 1.0 if k == 0 else number(entry.get("predicted_speedup")),
             "calibrated": 1.0 if k == 0 else number(entry.get("calibrated_speedup")),
         })

@@ -117,6 +117,12 @@ def speedup_figure(run: Run, path: str) -> Optional[str]:
     if measured:
         ax.plot([k for k, _ in measured], [s for _, s in measured], "s", markersize=8,
                 color="tab:red", label="measured")
+    # At T > 0 sampled lengths differ by mode and the two measures part (greedy: equal).
+    rows = [r for r in sweep_rows(run) if isinstance(r["k"], int) and r["matched"] is not None]
+    matched = [(r["k"], r["matched"]) for r in rows]
+    if any(r["speedup"] is not None and abs(r["matched"] - r["speedup"]) > 1e-3 for r in rows):
+        ax.plot([k for k, _ in matched], [s for _, s in matched], "D", markersize=6,
+                fillstyle="none", color="tab:purple", label="measured, length-matched")
     ax.axvline(best, color="gray", linestyle="--", label=f"recommended k = {best}")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xlabel("k (draft tokens per loop)")

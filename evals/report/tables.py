@@ -42,8 +42,9 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def leviathan_table(runs: Sequence[Run]) -> str:
     """Markdown table in the layout of Leviathan et al. Table 2, published rows beside."""
     header = ("source", "task", "target", "draft", "temperature", "k", "alpha",
-              "acceptance rate", "c", "speed-up (measured)", "speed-up (formula)",
-              "measured / formula", "speed-up (calibrated)", "measured / calibrated")
+              "acceptance rate", "c", "speed-up (measured)", "speed-up (length-matched)",
+              "speed-up (formula)", "measured / formula", "speed-up (calibrated)",
+              "measured / calibrated")
     rows = []
     for run, entry in speculative_entries(runs):
         alpha, c = alpha_and_c(entry)
@@ -57,13 +58,15 @@ def leviathan_table(runs: Sequence[Run]) -> str:
                      short_model(run.summary.get("draft")), fmt(run.temperature, 1),
                      str(run.summary.get("k")), fmt(alpha), fmt(
                          (entry.get("acceptance") or {}).get("acceptance_rate")),
-                     fmt(c, 3), fmt(measured, 2, "x"), fmt(predicted, 2, "x"),
+                     fmt(c, 3), fmt(measured, 2, "x"),
+                     fmt(number(run.summary.get("matched_speedup")), 2, "x"),
+                     fmt(predicted, 2, "x"),
                      fmt(ratio, 2), fmt(calibrated, 2, "x"), fmt(calibrated_ratio, 2)))
         row = published.match_leviathan(run.task, run.temperature, run.summary.get("draft"))
         if row:
             rows.append((f"published: {row.source}", row.task, row.target, row.draft,
                          fmt(row.temperature, 1), str(row.k), fmt(row.alpha), DASH, DASH,
-                         fmt(row.speedup, 1, "x"), DASH, DASH, DASH, DASH))
+                         fmt(row.speedup, 1, "x"), DASH, DASH, DASH, DASH, DASH))
     if not rows:
         return "_No speculative run in the given run directories._"
     return markdown_table(header, rows)
@@ -171,12 +174,12 @@ def per_position_table(runs: Sequence[Run]) -> str:
 
 
 def sweep_table(run: Run) -> str:
-    header = ("K", "ms/token", "speed-up (measured)", "speed-up (formula)",
-              "speed-up (calibrated)", "alpha",
+    header = ("K", "ms/token", "speed-up (measured)", "speed-up (length-matched)",
+              "speed-up (formula)", "speed-up (calibrated)", "alpha",
               "acceptance rate", "loop time (ms)", "seq time mean ± std (s)",
               "p50 (s)", "p90 (s)", "p99 (s)")
     rows = [(str(r["k"]), fmt(r["ms_per_token"], 3), fmt(r["speedup"], 2, "x"),
-             fmt(r["predicted"], 2, "x"), fmt(r["calibrated"], 2, "x"), fmt(r["alpha"]),
+             fmt(r["matched"], 2, "x"), fmt(r["predicted"], 2, "x"), fmt(r["calibrated"], 2, "x"), fmt(r["alpha"]),
              fmt(r["acceptance_rate"]),
              fmt(r["loop_ms"], 3), f"{fmt(r['seq_mean_s'], 4)} ± {fmt(r['seq_std_s'], 4)}",
              fmt(r["p50_s"], 4), fmt(r["p90_s"], 4), fmt(r["p99_s"], 4))

@@ -323,4 +323,51 @@ def test_a_sweep_with_an_auto_entry_reports_it_as_a_row(tmp_path):
         rows = _table(_sections(f.read()), "auto_sweep")
     assert [r["K"] for r in rows] == ["0", "2", "4", "auto"]
     assert rows[-1]["speed-up (measured)"] == "2.50x" and rows[-1]["speed-up (formula)"] == "–"
+    assert {r["speed-up (length-matched)"] for r in rows} == {"–"}  # No request lines.
     assert os.path.getsize(os.path.join(out, "sweep_auto_sweep.png")) > 10_000
+
+
+def test_the_sweep_table_has_the_length_matched_speedup(tmp_path):
+    """At T = 1 the modes' requests have other lengths: the column compares their fitted
+    request times at the autoregressive mean length, beside the plain ratio."""
+    directory = str(tmp_path / "matched")
+    os.makedirs(directory)
+
+    def metrics(k, fixed_s, token_s, mean_tokens):
+        out = {"quality": {"pass@1": 0.0}, "latency": {
+            "ms_per_token": 1e3 * (fixed_s / mean_tokens + token_s), "seq_time_mean_s": 0.1,
+            "seq_time_std_s": 0.01, "seq_time_p50_s": 0.1, "seq_time_p90_s": 0.12,
+            "seq_time_p99_s": 0.2, "num_tokens": 1000},
+            "request_length": {"requests": 20, "mean_tokens": mean_tokens,
+                               "fixed_s": fixed_s, "token_s": token_s}}
+        if k:
+            out["acceptance"] = {"acceptance_rate": 0.4, "beta_mean": 0.65,
+                                 "mean_tokens_per_round": 2.0, "per_position": [0.6, 0.3]}
+        return out
+
+    modes = [("autoregressive", 0), ("speculative", 2)]
+    met = {"autoregressive": metrics(0, 0.02, 0.0015, 60.0),
+           "speculative": metrics(2, 0.03, 0.0012, 40.0)}  # Shorter answers drawn.
+    header = {key: None for key in summary_lib.HEADER_KEYS}
+    header.update(task="humaneval", k=2, target="zoo:t", draft="zoo:d", seed=0,
+                  sampling={"temperature": 1.0, "top_k": 0, "top_p": 1.0},
+                  num_examples=20, num_samples=1)
+    calibration = {"draft_cost_ratio": 0.1, "target_step_s": 0.0015, "draft_step_s": 0.00015}
+    with open(os.path.join(directory, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary_lib.build_summary(header, modes, met, calibration,
+                                            {"calibration": calibration}), f)
+    with open(os.path.join(directory, "sweep.json"), "w", encoding="utf-8") as f:
+        json.dump(summary_lib.build_sweep(modes, met, calibration), f)
+    out = str(tmp_path / "out")
+    with open(report.build_report(report.load_runs([directory]), out), encoding="utf-8") as f:
+        sections = _sections(f.read())
+    rows = _table(sections, "matched")
+    plain = (0.02 / 60 + 0.0015) / (0.03 / 40 + 0.0012)
+    matched = (0.02 + 0.0015 * 60) / (0.03 + 0.0012 * 60)
+    assert plain < 1.0 < matched
+    assert [(r["speed-up (measured)"], r["speed-up (length-matched)"]) for r in rows] == [
+        ("1.00x", "1.00x"), (f"{plain:.2f}x", f"{matched:.2f}x")]
+    table2 = _table(sections, "Walltime speed-up")
+    assert [(r["speed-up (measured)"], r["speed-up (length-matched)"]) for r in table2] == [
+        (f"{plain:.2f}x", f"{matched:.2f}x")]
+    assert os.path.getsize(os.path.join(out, "speedup_matched.png")) > 10_000

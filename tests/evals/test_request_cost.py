@@ -59,3 +59,30 @@ def test_a_negative_intercept_is_clamped_to_no_fixed_cost():
 def test_rejects_impossible_requests(time_s, iterations):
     with pytest.raises(ValueError, match="time_s >= 0"):
         request_cost.RequestCostAccumulator.create().add(time_s, iterations)
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_length_line_fits_seconds_on_tokens_without_clamping(parts):
+    """The length line predicts requests near the mean length, so a negative intercept
+    (noise, or per-token costs that shrink with length) is kept: clamped, the line would
+    miss the mean time."""
+    tokens = np.array([10, 20, 30, 40, 50])
+    times = -0.005 + 0.001 * tokens + np.array([0.0, 0.0004, -0.0002, 0.0001, 0.0])
+    chunks = np.array_split(np.arange(len(tokens)), parts)
+    accumulators = []
+    for chunk in chunks:
+        acc = request_cost.RequestLengthAccumulator.create()
+        for i in chunk:
+            acc.add(times[i], tokens[i])
+        accumulators.append(acc)
+    out = request_cost.RequestLengthAccumulator.merge(accumulators).extract()
+    assert tuple(out) == request_cost.LENGTH_KEYS and out["requests"] == 5
+    slope, intercept = np.polyfit(tokens, times, 1)
+    assert out["token_s"] == pytest.approx(slope) and out["fixed_s"] == pytest.approx(intercept)
+    assert out["fixed_s"] < 0 and out["mean_tokens"] == pytest.approx(30.0)
+    assert request_cost.seconds_at(out, 30.0) == pytest.approx(times.mean())
+
+
+def test_length_line_rejects_impossible_requests():
+    with pytest.raises(ValueError, match="tokens >= 0"):
+        request_cost.RequestLengthAccumulator.create().add(0.1, -2)

@@ -1,7 +1,9 @@
 """Tests for evals.summary: summary.json and sweep.json from per-mode metrics."""
 
+import numpy as np
 import pytest
 
+from evals import request_cost
 from evals import summary as summary_lib
 from evals import walltime
 
@@ -28,7 +30,8 @@ def test_report_quality_percentages():
 def test_summary_layout():
     out = summary_lib.build_summary(HEADER, MODES, METRICS, {"draft_cost_ratio": 0.1},
                                     extra={"num_failed": 0})
-    assert list(out) == list(summary_lib.HEADER_KEYS) + ["runs", "speedup", "num_failed"]
+    assert list(out) == list(summary_lib.HEADER_KEYS) + ["runs", "speedup", "matched_speedup",
+                                                         "num_failed"]
     assert set(out["runs"]) == {"autoregressive", "speculative"}
     assert set(out["runs"]["autoregressive"]) == {"quality", "latency"}
     spec = out["runs"]["speculative"]
@@ -55,6 +58,53 @@ def test_sweep_entries():
     assert sweep[1]["predicted_speedup"] == pytest.approx(walltime.predicted_speedup(0.8, 2, 0.1))
     no_baseline = summary_lib.build_sweep(MODES[1:], METRICS, None)
     assert [e["speedup"] for e in no_baseline] == [None, None]
+
+
+def _with_lengths(metrics, times, tokens):
+    acc = request_cost.RequestLengthAccumulator.create()
+    for time_s, n in zip(times, tokens):
+        acc.add(time_s, n)
+    return dict(metrics, request_length=acc.extract())
+
+
+def test_matched_speedup_compares_both_modes_at_the_autoregressive_length():
+    """Sampled answers differ in length by mode: speculation here drew short ones, so its
+    ms per token carries more of the 50 ms fixed part and the plain ratio says it loses;
+    at one length it is 1.39x faster."""
+    ar_tokens, spec_tokens = [60, 80, 100, 120], [10, 20, 30, 40]
+    ar_times = [0.05 + 0.003 * n for n in ar_tokens]
+    spec_times = [0.05 + 0.002 * n for n in spec_tokens]
+    metrics = {"autoregressive": _with_lengths(_metrics(10.0), ar_times, ar_tokens),
+               "speculative": _with_lengths(_metrics(10.0), spec_times, spec_tokens)}
+    ar_ms = sum(ar_times) / sum(ar_tokens)
+    spec_ms = sum(spec_times) / sum(spec_tokens)
+    assert ar_ms / spec_ms < 0.9  # The plain ratio of these requests.
+    out = summary_lib.build_summary(HEADER, (("autoregressive", 0), ("speculative", 4)),
+                                    metrics)
+    assert out["matched_speedup"] == pytest.approx((0.05 + 0.003 * 90) / (0.05 + 0.002 * 90))
+    sweep = summary_lib.build_sweep((("autoregressive", 0), ("speculative", 4)), metrics)
+    assert sweep[0]["matched_speedup"] == pytest.approx(1.0)
+    assert sweep[1]["matched_speedup"] == pytest.approx(out["matched_speedup"])
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.004])
+def test_matched_speedup_is_the_plain_one_when_lengths_agree(noise):
+    """Greedy: every mode emits the same tokens, and both measures agree (noisy times too:
+    the autoregressive side is its mean, the other line passes through its own mean)."""
+    rng = np.random.default_rng(0)
+    tokens = [int(n) for n in rng.integers(5, 130, size=40)]
+    ar_times = [0.02 + 0.003 * n + noise * rng.uniform() for n in tokens]
+    spec_times = [0.03 + 0.002 * n + noise * rng.uniform() for n in tokens]
+    ar = _with_lengths(_metrics(10.0), ar_times, tokens)
+    spec = _with_lengths(_metrics(10.0), spec_times, tokens)
+    assert summary_lib.matched_speedup(ar, spec) == pytest.approx(
+        sum(ar_times) / sum(spec_times), rel=1e-9)
+
+
+def test_matched_speedup_needs_both_lines():
+    line = _with_lengths(_metrics(10.0), [0.1, 0.2, 0.3], [10, 20, 30])
+    assert summary_lib.matched_speedup(line, _metrics(5.0)) is None
+    assert summary_lib.matched_speedup(None, line) is None
 
 
 CALIBRATION = {"draft_cost_ratio": 0.1, "target_step_s": 0.002, "draft_step_s": 0.0002,

@@ -71,14 +71,17 @@ def test_acceptance_sums_counters():
     assert autoregressive["acceptance_rate"] is None and autoregressive["per_position"] == []
 
 
-def test_request_cost_fits_batch_one_requests_only():
-    lines = [dict(_line(i, time_s=0.01 + 0.002 * rounds), rounds=rounds)
-             for i, rounds in enumerate([3, 5, 9, 12])]
-    batched = [dict(_line(9, time_s=5.0, batch_size=2), rounds=2)]
-    out = _combine(combiners.RequestCostCombineFn(), [(row, "") for row in lines + batched])
+@pytest.mark.parametrize("combine_fn, count_key, keys", [
+    (combiners.RequestCostCombineFn, "rounds", ("fixed_s", "iteration_s")),
+    (combiners.RequestLengthCombineFn, "num_tokens", ("fixed_s", "token_s"))])
+def test_request_lines_fit_batch_one_requests_only(combine_fn, count_key, keys):
+    lines = [dict(_line(i, time_s=0.01 + 0.002 * count), **{count_key: count})
+             for i, count in enumerate([3, 5, 9, 12])]
+    batched = [dict(_line(9, time_s=5.0, batch_size=2), **{count_key: 2})]
+    out = _combine(combine_fn(), [(row, "") for row in lines + batched])
     assert out["requests"] == 4
-    assert out["fixed_s"] == pytest.approx(0.01) and out["iteration_s"] == pytest.approx(0.002)
-    assert _combine(combiners.RequestCostCombineFn(), [(row, "") for row in batched]) is None
+    assert out[keys[0]] == pytest.approx(0.01) and out[keys[1]] == pytest.approx(0.002)
+    assert _combine(combine_fn(), [(row, "") for row in batched]) is None
 
 
 def test_mode_metrics_in_a_pipeline():

@@ -100,7 +100,12 @@ def test_describe():
     text = runner.describe("runs/x", summary)
     assert "pass@1 50.00" in text and "acceptance 0.750" in text
     assert "measured speed-up 1.50x" in text and "1 failed" in text
-    assert "NOT" not in text
+    assert "NOT" not in text and "one request length" not in text
+    sampled = dict(summary, matched_speedup=1.07, sampling={"temperature": 1.0})
+    assert "measured speed-up 1.50x (1.07x at one request length" in runner.describe(
+        "runs/x", sampled)
+    greedy = dict(sampled, sampling={"temperature": 0.0})  # Equal lengths: one number.
+    assert "one request length" not in runner.describe("runs/x", greedy)
     from tfspec import acceptance  # pylint: disable=import-outside-toplevel
     summary["acceptance"] = acceptance.describe("typical")
     assert "does NOT follow the target's distribution (epsilon 0.09, delta 0.3)" in (
