@@ -85,11 +85,15 @@ def run_headline(run: "report.Run") -> str:
             best = report.recommended_k(*report.alpha_and_c(spec))
         parts.append(f"recommended k {best if best is not None else DASH}")
     lines.append("  " + ", ".join(parts))
-    measured = [(e.get("speedup"), e.get("k")) for e in run.sweep or []
-                if _num(e.get("speedup")) is not None and e.get("k")]
+    # Sampled modes' answers differ in length: rank Ks at one request length where known.
+    key = ("matched_speedup" if sampling.get("temperature") and any(
+        _num(e.get("matched_speedup")) is not None for e in run.sweep or []) else "speedup")
+    measured = [(e.get(key), e.get("k")) for e in run.sweep or []
+                if _num(e.get(key)) is not None and e.get("k")]
     if measured:
         speedup, k = max(measured, key=lambda entry: entry[0])
-        lines.append(f"  K sweep: best measured speed-up {speedup:.2f}x at K = {k} "
+        what = "length-matched" if key == "matched_speedup" else "measured"
+        lines.append(f"  K sweep: best {what} speed-up {speedup:.2f}x at K = {k} "
                      f"(of {', '.join(str(e.get('k')) for e in run.sweep)})")
     return "\n".join(lines)
 

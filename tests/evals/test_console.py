@@ -64,6 +64,30 @@ def test_report_headline_has_each_runs_numbers():
     assert "rouge2" in text  # The task's headline metric.
 
 
+def test_a_sampled_sweep_is_ranked_at_one_request_length(tmp_path):
+    """At T > 0 the best K is the best length-matched one: K = 2 sampled short answers, so
+    its plain ratio leads, but at one length K = 1 is faster."""
+    run_copy = str(tmp_path / "sampled")
+    shutil.copytree(SWEEP_RUN, run_copy)
+    summary_path, sweep_path = (os.path.join(run_copy, name)
+                                for name in ("summary.json", "sweep.json"))
+    with open(summary_path, encoding="utf-8") as f:
+        summary = json.load(f)
+    summary["sampling"]["temperature"] = 1.0
+    summary["matched_speedup"] = 1.05
+    sweep = _sweep()
+    plain = {0: 1.0, 1: 1.1, 2: 1.3, 3: 0.9}
+    matched = {0: 1.0, 1: 1.2, 2: 1.02, 3: 0.95}
+    for entry in sweep:
+        entry["speedup"], entry["matched_speedup"] = plain[entry["k"]], matched[entry["k"]]
+    for path, value in ((summary_path, summary), (sweep_path, sweep)):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(value, f)
+    text = console.run_headline(report.load_run(run_copy))
+    assert "best length-matched speed-up 1.20x at K = 1" in text
+    assert "length-matched 1.05x" in text
+
+
 def test_report_cli_prints_the_headline_not_just_the_path(tmp_path, capsys):
     run_copy = str(tmp_path / "run")
     shutil.copytree(XSUM_RUN, run_copy)
