@@ -10,7 +10,8 @@ literal, else a string). Stages: `target` (train the target), `draft` (distill t
 the finished target), `export` (write the pair to the zoo with model cards and measured
 acceptance), `all` (those three in order, skipping finished ones); `feature_draft` and
 `feature_draft_export` train and export an EAGLE-style feature draft for a frozen target
-(configs/zoo_tiny_code_eagle.py), `medusa` and `medusa_export` Medusa heads for a frozen
+(configs/zoo_tiny_code_eagle.py; `feature_draft_vocabulary` resizes the export's draft
+vocabulary without retraining), `medusa` and `medusa_export` Medusa heads for a frozen
 target (configs/zoo_tiny_code_medusa.py), `target_encoder_draft` and
 `target_encoder_draft_export` a T5 draft that reads its target's encoder output
 (configs/zoo_tiny_code_draft_te.py; `target_encoder_adapter` fits only its projection,
@@ -72,11 +73,14 @@ def parse_args(argv=None):
                         help="Checkpoints and logs (default: the config's workdir).")
     parser.add_argument("--stage", default="all",
                         choices=("target", "draft", "export", "all", "feature_draft",
-                                 "feature_draft_export", "medusa", "medusa_export",
+                                 "feature_draft_export", "feature_draft_vocabulary",
+                                 "medusa", "medusa_export",
                                  "target_encoder_draft", "target_encoder_draft_export",
                                  "target_encoder_adapter", "target_encoder_draft_vocabulary"),
                         help="what to run (feature_draft*: the recipe's feature_draft "
-                             "section, an EAGLE-style head for a frozen target; medusa*: its "
+                             "section, an EAGLE-style head for a frozen target, or the "
+                             "export's draft vocabulary resized to the section's "
+                             "draft_vocab_size; medusa*: its "
                              "medusa section, Medusa heads for a frozen target; "
                              "target_encoder_*: its target_encoder_draft section, a T5 "
                              "draft that reads its target's encoder output: the adapter "
@@ -135,6 +139,9 @@ def main(argv=None):
         elif stage == feature_draft_lib.EXPORT_STAGE:
             results[stage] = feature_draft_lib.export_feature_draft(config, workdir,
                                                                     args.zoo_dir, data)
+        elif stage == feature_draft_lib.VOCABULARY_STAGE:
+            results[stage] = feature_draft_lib.resize_draft_vocabulary(config, workdir,
+                                                                       args.zoo_dir, data)
         elif stage == medusa_lib.STAGE:
             results[stage] = medusa_lib.train_medusa(config, workdir, data, args.max_steps,
                                                      progress=not args.no_progress)

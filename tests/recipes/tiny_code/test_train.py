@@ -126,6 +126,55 @@ def test_feature_draft_stage_trains_on_sampled_and_greedy_continuations_and_expo
     card = open(os.path.join(zoo, "tiny-code-eagle", "MODEL_CARD.md")).read()
     assert "greedy continuations of 3 other training prompts" in card
     assert exported["size_mb"] < 15
+    # Its draft vocabulary resized in place: the most frequent target tokens of the stage's
+    # examples (corpus and cached continuations), EOS in; every other weight the same;
+    # acceptance measured with both vocabularies.
+    from tfspec import checkpoints  # pylint: disable=import-outside-toplevel
+    directory = os.path.join(zoo, "tiny-code-eagle")
+    head = checkpoints.load_model(directory)
+    resized = main(eagle + ["--set", "feature_draft.draft_vocab_size=64", "--stage",
+                            "feature_draft_vocabulary"])["feature_draft_vocabulary"]
+    assert (resized["size_before"], resized["size_after"]) == (200, 64)
+    assert [[row["temperature"] for row in resized["acceptance"][label]]
+            for label in ("before", "after")] == [[0.0, 1.0]] * 2
+    again = checkpoints.load_model(directory)
+    ids = again.draft_vocab.numpy().tolist()
+    counts = np.bincount(np.concatenate([e.target_ids for e in list(tiny_data.train)
+                                         + sampled + greedy]), minlength=8192)
+    assert len(ids) == 64 and ids == sorted(ids) and 1 in ids
+    assert min(counts[ids]) >= max(np.delete(counts, ids + [1]))
+    old_weights, new_weights = head.weight_map(), again.weight_map()
+    assert set(old_weights) == set(new_weights)
+    for name, (variable, _) in new_weights.items():
+        if name != "draft_vocab":
+            np.testing.assert_array_equal(variable.numpy(), old_weights[name][0].numpy())
+    assert json.load(open(os.path.join(directory, "config.json")))["draft_vocab_size"] == 64
+    assert sorted(os.listdir(directory)) == sorted(["MODEL_CARD.md", "config.json",
+                                                    "model.safetensors"])
+
+
+@pytest.mark.parametrize("export_first,size,error", [
+    (False, 64, "holds no feature draft"),
+    (True, 0, "feature_draft.draft_vocab_size is 0; expected 1..8192"),
+    (True, 9000, "expected 1..8192"),
+])
+def test_the_feature_draft_vocabulary_stage_refuses_what_it_cannot_resize(
+        tmp_path, capsys, export_first, size, error):
+    from recipes.tiny_code.train import run
+    zoo = tmp_path / "zoo"
+    if export_first:  # A feature draft to resize (random weights: the stage refuses first).
+        from tfspec import checkpoints
+        from tfspec.models import feature_draft as feature_draft_models
+        target = stages.build_model(load_config(CONFIG + ":smoke"), stages.TARGET)
+        draft = feature_draft_models.FeatureDraft(
+            feature_draft_models.FeatureDraftConfig.for_target(target, draft_vocab_size=200))
+        draft.bind(target)
+        checkpoints.save_model(draft, str(zoo / "tiny-code-eagle"))
+    assert run(["--config", EAGLE_CONFIG + ":smoke", "--workdir", str(tmp_path / "work"),
+                "--zoo_dir", str(zoo), "--no_progress", "--stage", "feature_draft_vocabulary",
+                "--set", f"feature_draft.draft_vocab_size={size}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("python -m recipes.tiny_code.train: error:") and error in err
 
 
 TE_CONFIG = os.path.join(os.path.dirname(CONFIG), "zoo_tiny_code_draft_te.py")
