@@ -305,21 +305,30 @@ def measure(target, drafts: Dict[str, tuple], batches, ks: Sequence[int],
     # encoder, which the whole-request c charges to their few steps.
     one_step = ([speedup_lib.decode_fn(model, batches, 0, sampling, 1, seed,
                                        jit_compile=jit_compile) for model in [target] + alone])
+    greedy = sampling.temperature == 0
+    # Sampled: every speculative call too, so each (kind, k) gets its own split and a
+    # length-matched speed-up (`speedup_lib.matched_speedup`): each mode samples answers of
+    # its own lengths, and the per-request part then moves its ms per token (greedy modes
+    # emit the same tokens, so there both ratios agree and the calls are not doubled).
+    if not greedy:
+        one_step += [speedup_lib.decode_fn(target, batches, k, sampling, 1, seed,
+                                           draft=drafts[kind][1], jit_compile=jit_compile)
+                     for kind in kinds for k in ks]
     all_times, all_gens = timing.interleaved_runs(fns + one_step, repeats)
     times, gens = all_times[:len(fns)], all_gens[:len(fns)]
     steps = [speedup_lib.split_phases(full, one, speedup_lib.loop_steps(full_gens), len(batches))
              for full, one, full_gens in zip(times, all_times[len(fns):], gens)]
     nan = (float("nan"), float("nan"))
-    greedy = sampling.temperature == 0
     records = []
     for i, kind in enumerate(kinds):
         spec_at = 1 + len(kinds) + i * len(ks)
         spec_times = times[spec_at:spec_at + len(ks)]
         spec_gens = gens[spec_at:spec_at + len(ks)]
+        spec_steps = steps[spec_at:spec_at + len(ks)] or [nan] * len(ks)
         kind_records = speedup_lib.records_from_runs(
             ks, batches, sampling, [times[0], times[1 + i], *spec_times],
             [gens[0], gens[1 + i], *spec_gens],
-            phases=[steps[0], steps[1 + i]] + [nan] * len(ks))
+            phases=[steps[0], steps[1 + i]] + spec_steps)
         for record, k_gens in zip(kind_records, spec_gens):
             differing = rows_differing(gens[0], k_gens) if greedy else None
             records.append({"kind": kind, "draft": drafts[kind][0], **record,
@@ -340,7 +349,9 @@ def step_cost_ratio(record: dict) -> float:
 def summarize(records: Sequence[dict], kinds: Sequence[str],
               temperatures: Sequence[float]) -> List[dict]:
     """Per (kind, temperature): the best k by speed-up with its speed-up, beta_mean,
-    acceptance rate and c; `identical_to_ar` over all ks (None at T > 0)."""
+    acceptance rate and c; `identical_to_ar` over all ks (None at T > 0). At T > 0 the best
+    k is the one with the best `matched_speedup` (one request length) where the run
+    split every call, since the plain ratio there partly measures sampled lengths."""
     out = []
     for kind in kinds:
         for temperature in temperatures:
@@ -348,11 +359,15 @@ def summarize(records: Sequence[dict], kinds: Sequence[str],
                     if r["kind"] == kind and r["temperature"] == temperature]
             if not rows:
                 continue
-            best = max(rows, key=lambda r: r["speedup"] if math.isfinite(r["speedup"])
-                       else -math.inf)
+            matched = temperature > 0 and all(
+                math.isfinite(r.get("matched_speedup", math.nan)) for r in rows)
+            key = "matched_speedup" if matched else "speedup"
+            best = max(rows, key=lambda r: r[key] if math.isfinite(r[key]) else -math.inf)
             flags = [r["identical_to_ar"] for r in rows]
             out.append({"kind": kind, "draft": best["draft"], "temperature": temperature,
                         "best_k": best["k"], "speedup": best["speedup"],
+                        "matched_speedup": (best["matched_speedup"] if matched
+                                            else math.nan),
                         "beta_mean": best["beta_mean"],
                         "acceptance_rate": best["acceptance_rate"],
                         "draft_cost_ratio": best["draft_cost_ratio"],

@@ -113,7 +113,9 @@ class AutoDraft:
         autoregressive decoding where fixed k = 1 was faster.
         Measured side by side (`python -m bench.speedup --k 1,2,4,auto --temperature 0,1
         --repeats 5 --auto_draft_cost hf,0.5`, 8 held-out prompts, 2026-12-06 evening):
-        T = 1 **1.32x** with 0.5 against 0.81x with None (fixed k = 1 1.18x); greedy
+        T = 1 1.32x with 0.5 against 0.81x with None (fixed k = 1 1.18x), plain ratios
+        that partly measured the lengths each mode sampled (at one request length,
+        `matched_speedup`, a later run read auto 1.02x, k = 1 1.01x); greedy
         1.23x against 1.34x in that run and 1.34x against 1.24x in the next (`--k 4,auto
         --temperature 0 --repeats 7 --auto_draft_cost hf,0.25,0.5`; 0.25 1.32x, k = 4
         1.33x): the same within this machine's spread. None was the default until then.

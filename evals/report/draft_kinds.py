@@ -56,7 +56,9 @@ def draft_kinds_table(results: Sequence[Dict[str, Any]]) -> str:
         the same temperature in two files keeps the later file's entry.
 
     Returns:
-      A Markdown table. "c" is per loop step over whole requests; "c per step" leaves out
+      A Markdown table. At T > 0 "length-matched" is the speed-up at one request length
+      (`bench.speedup.matched_speedup`; the best k is chosen by it), a dash in results that
+      predate it. "c" is per loop step over whole requests; "c per step" leaves out
       each request's fixed part (encoders, call), a dash in results that predate it.
       "greedy = AR" says whether the greedy tokens of every k were identical to
       autoregressive decoding.
@@ -76,6 +78,8 @@ def draft_kinds_table(results: Sequence[Dict[str, Any]]) -> str:
         label = f"T={t:g}"
         header += [f"{label} best k", f"{label} speed-up", f"{label} beta", f"{label} c",
                    f"{label} c per step"]
+        if t > 0:
+            header.insert(len(header) - 3, f"{label} length-matched")
     header.append("greedy = AR")
     body = []
     for (kind, draft), by_temperature in rows.items():
@@ -83,10 +87,12 @@ def draft_kinds_table(results: Sequence[Dict[str, Any]]) -> str:
         for t in temperatures:
             entry = by_temperature.get(t)
             if entry is None:
-                cells += [DASH] * 5
+                cells += [DASH] * (6 if t > 0 else 5)
                 continue
-            cells += [str(entry.get("best_k", DASH)), fmt(entry.get("speedup"), 2, "x"),
-                      fmt(entry.get("beta_mean"), 3), fmt(entry.get("draft_cost_ratio"), 2),
+            cells += [str(entry.get("best_k", DASH)), fmt(entry.get("speedup"), 2, "x")]
+            if t > 0:
+                cells.append(fmt(entry.get("matched_speedup"), 2, "x"))
+            cells += [fmt(entry.get("beta_mean"), 3), fmt(entry.get("draft_cost_ratio"), 2),
                       fmt(entry.get("step_cost_ratio"), 2)]
         cells.append(_greedy_identity(list(by_temperature.values())))
         body.append(cells)
@@ -112,7 +118,10 @@ def draft_kinds_section(results: Sequence[Dict[str, Any]]) -> List[str]:
         "speculative ms/token in the same run, beta the measured overlap, c the cost of "
         "one draft step over one target step, over whole requests (a feature draft or "
         "Medusa heads decode alone behind the target's encoder, which c charges to their "
-        "steps), and c per step the same with each request's fixed part split off.",
+        "steps), and c per step the same with each request's fixed part split off. At "
+        "T > 0 the modes sample answers of other lengths, which moves ms/token through "
+        "each request's fixed part: length-matched compares them at one request length, "
+        "and picks the best k there.",
         "",
         draft_kinds_table(results),
         "",

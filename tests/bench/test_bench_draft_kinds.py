@@ -95,9 +95,19 @@ def test_summary_and_markdown_give_each_kind_its_best_k(result):
     for s in summary:
         rows = [r for r in payload["records"]
                 if r["kind"] == s["kind"] and r["temperature"] == s["temperature"]]
-        best = max(rows, key=lambda r: r["speedup"])
+        # Sampled: every speculative call was split too, so the best k is the best at one
+        # request length where every k's split worked (greedy: never split, the plain one).
+        matched = [r["matched_speedup"] for r in rows]
+        assert all(math.isnan(m) for m in matched) if s["temperature"] == 0 else True
+        by_length = s["temperature"] > 0 and all(math.isfinite(m) for m in matched)
+        key = "matched_speedup" if by_length else "speedup"
+        best = max(rows, key=lambda r: r[key])
         assert (s["best_k"], s["speedup"], s["beta_mean"], s["draft_cost_ratio"]) == (
             best["k"], best["speedup"], best["beta_mean"], best["draft_cost_ratio"])
+        if by_length:
+            assert s["matched_speedup"] == best["matched_speedup"]
+        else:
+            assert math.isnan(s["matched_speedup"])
         assert s["identical_to_ar"] is (True if s["temperature"] == 0 else None)
         draft_ms, target_ms = best["draft_step_ms"], best["target_step_ms"]
         # Eager timings of one prompt can be too noisy to split: a step's slope below zero.
@@ -108,7 +118,8 @@ def test_summary_and_markdown_give_each_kind_its_best_k(result):
     table = payload["markdown"].splitlines()
     assert table[0].startswith("| kind | draft | T=0 best k | T=0 speed-up | T=0 beta | T=0 c | "
                                "T=0 c per step")
-    assert "T=1 best k" in table[0] and table[0].endswith("| greedy = AR |")
+    assert "| T=1 best k | T=1 speed-up | T=1 length-matched | T=1 beta |" in table[0]
+    assert table[0].endswith("| greedy = AR |")
     assert [line.split("|")[1].strip() for line in table[2:]] == list(draft_kinds.KINDS)
     assert all(line.rstrip().endswith("| yes |") for line in table[2:])
     assert payload["markdown"] in printed  # Printed after the table of records.

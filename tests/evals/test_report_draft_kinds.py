@@ -41,6 +41,9 @@ def test_the_shipped_results_make_one_row_per_kind_with_both_temperatures():
         assert row[f"{label} best k"] == str(entry["best_k"])
         assert row[f"{label} speed-up"] == f"{entry['speedup']:.2f}x"
         assert row[f"{label} beta"] == f"{entry['beta_mean']:.3f}"
+        if entry["temperature"] > 0:  # At one request length.
+            assert row[f"{label} length-matched"] == f"{entry['matched_speedup']:.2f}x"
+        assert "T=0 length-matched" not in row
     assert all(row["greedy = AR"] == "yes" for row in rows)
 
 
