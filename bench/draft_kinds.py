@@ -47,7 +47,11 @@ bench/speedup.py), plus
 
 and a summary per (kind, temperature): the best k by speed-up, that speed-up, its beta_mean,
 acceptance rate, c and `step_cost_ratio`, printed as a markdown table (one row per kind, one
-group of columns per temperature) after the full table of records.
+group of columns per temperature) after the full table of records. At T > 0 every
+speculative call is also timed stopped after one round (below), which gives each record
+bench.speedup's `matched_speedup`, the speed-up at one request length, and the best k is the
+best by it: sampled modes draw answers of other lengths (a run had 154 tokens at k = 2
+against 326 autoregressive), which the plain ratio partly measures.
 
 c (`draft_cost_ratio`) compares whole requests per loop step, so a draft that decodes alone
 behind the target's encoder (feature drafts, Medusa heads: `alone()`) is charged that encoder
