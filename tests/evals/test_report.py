@@ -286,6 +286,20 @@ def test_greedy_runs_compare_outputs_token_for_token(tmp_path, flip, expected):
     assert {r["quality agrees"] for r in chen if r["source"] == "ours: greedy"} == {expected}
 
 
+def _write_sweep_run(directory, modes, metrics, k, temperature, num_examples, calibration):
+    """summary.json and sweep.json of a HumanEval sweep from per-mode `metrics`, written by
+    evals.summary (the real summary writer)."""
+    header = {key: None for key in summary_lib.HEADER_KEYS}
+    header.update(task="humaneval", k=k, target="zoo:t", draft="zoo:d", seed=0,
+                  sampling={"temperature": temperature, "top_k": 0, "top_p": 1.0},
+                  num_examples=num_examples, num_samples=1)
+    with open(os.path.join(directory, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary_lib.build_summary(header, modes, metrics, calibration,
+                                            {"calibration": calibration}), f)
+    with open(os.path.join(directory, "sweep.json"), "w", encoding="utf-8") as f:
+        json.dump(summary_lib.build_sweep(modes, metrics, calibration), f)
+
+
 def test_a_sweep_with_an_auto_entry_reports_it_as_a_row(tmp_path):
     """k = "auto" has a table row (measured numbers, no formula) but no x position."""
     directory = str(tmp_path / "auto_sweep")
@@ -306,16 +320,9 @@ def test_a_sweep_with_an_auto_entry_reports_it_as_a_row(tmp_path):
              ("speculative_auto", "auto")]
     met = {"autoregressive": metrics(10.0, 0), "speculative_k2": metrics(6.0, 2),
            "speculative": metrics(5.0, 4), "speculative_auto": metrics(4.0, "auto")}
-    header = {key: None for key in summary_lib.HEADER_KEYS}
-    header.update(task="humaneval", k=4, target="zoo:t", draft="zoo:d", seed=0,
-                  sampling={"temperature": 0.0, "top_k": 0, "top_p": 1.0},
-                  num_examples=10, num_samples=1)
-    calibration = {"draft_cost_ratio": 0.1, "target_step_s": 0.01, "draft_step_s": 0.001}
-    with open(os.path.join(directory, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary_lib.build_summary(header, modes, met, calibration,
-                                            {"calibration": calibration}), f)
-    with open(os.path.join(directory, "sweep.json"), "w", encoding="utf-8") as f:
-        json.dump(summary_lib.build_sweep(modes, met, calibration), f)
+    _write_sweep_run(directory, modes, met, k=4, temperature=0.0, num_examples=10,
+                     calibration={"draft_cost_ratio": 0.1, "target_step_s": 0.01,
+                                  "draft_step_s": 0.001})
     runs = report.load_runs([directory])
     assert [e["k"] for e in runs[0].sweep] == [0, 2, 4, "auto"]
     out = str(tmp_path / "out")
@@ -348,16 +355,9 @@ def test_the_sweep_table_has_the_length_matched_speedup(tmp_path):
     modes = [("autoregressive", 0), ("speculative", 2)]
     met = {"autoregressive": metrics(0, 0.02, 0.0015, 60.0),
            "speculative": metrics(2, 0.03, 0.0012, 40.0)}  # Shorter answers drawn.
-    header = {key: None for key in summary_lib.HEADER_KEYS}
-    header.update(task="humaneval", k=2, target="zoo:t", draft="zoo:d", seed=0,
-                  sampling={"temperature": 1.0, "top_k": 0, "top_p": 1.0},
-                  num_examples=20, num_samples=1)
-    calibration = {"draft_cost_ratio": 0.1, "target_step_s": 0.0015, "draft_step_s": 0.00015}
-    with open(os.path.join(directory, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary_lib.build_summary(header, modes, met, calibration,
-                                            {"calibration": calibration}), f)
-    with open(os.path.join(directory, "sweep.json"), "w", encoding="utf-8") as f:
-        json.dump(summary_lib.build_sweep(modes, met, calibration), f)
+    _write_sweep_run(directory, modes, met, k=2, temperature=1.0, num_examples=20,
+                     calibration={"draft_cost_ratio": 0.1, "target_step_s": 0.0015,
+                                  "draft_step_s": 0.00015})
     out = str(tmp_path / "out")
     with open(report.build_report(report.load_runs([directory]), out), encoding="utf-8") as f:
         sections = _sections(f.read())

@@ -6,16 +6,16 @@ import pytest
 from evals import request_cost
 
 
-def _accumulate(times, iterations, parts=1):
-    """Adds the requests in `parts` accumulators and merges them (as Beam would)."""
+def _accumulate(times, counts, parts=1, cls=request_cost.RequestCostAccumulator):
+    """Adds the requests in `parts` accumulators of `cls` and merges them (as Beam would)."""
     chunks = np.array_split(np.arange(len(times)), parts)
     accumulators = []
     for chunk in chunks:
-        acc = request_cost.RequestCostAccumulator.create()
+        acc = cls.create()
         for i in chunk:
-            acc.add(times[i], iterations[i])
+            acc.add(times[i], counts[i])
         accumulators.append(acc)
-    return request_cost.RequestCostAccumulator.merge(accumulators)
+    return cls.merge(accumulators)
 
 
 @pytest.mark.parametrize("fixed, per_iteration, parts", [
@@ -68,14 +68,7 @@ def test_length_line_fits_seconds_on_tokens_without_clamping(parts):
     miss the mean time."""
     tokens = np.array([10, 20, 30, 40, 50])
     times = -0.005 + 0.001 * tokens + np.array([0.0, 0.0004, -0.0002, 0.0001, 0.0])
-    chunks = np.array_split(np.arange(len(tokens)), parts)
-    accumulators = []
-    for chunk in chunks:
-        acc = request_cost.RequestLengthAccumulator.create()
-        for i in chunk:
-            acc.add(times[i], tokens[i])
-        accumulators.append(acc)
-    out = request_cost.RequestLengthAccumulator.merge(accumulators).extract()
+    out = _accumulate(times, tokens, parts, request_cost.RequestLengthAccumulator).extract()
     assert tuple(out) == request_cost.LENGTH_KEYS and out["requests"] == 5
     slope, intercept = np.polyfit(tokens, times, 1)
     assert out["token_s"] == pytest.approx(slope) and out["fixed_s"] == pytest.approx(intercept)

@@ -69,6 +69,29 @@ def measure_acceptance(target, draft, prompts: Sequence[Sequence[int]], k: int,
             "per_position_acceptance": [float(x) for x in stats.per_position_acceptance]}
 
 
+def measure_both_temperatures(target, draft, prompts: Sequence[Sequence[int]],
+                              export) -> List[Dict[str, float]]:
+    """`measure_acceptance` greedy and at T = 1 with the recipe's `export` settings (k,
+    max_new_tokens, batch_size; seed 0): what an export stage records per draft."""
+    return [measure_acceptance(target, draft, prompts, export.k, export.max_new_tokens,
+                               temperature, batch_size=export.batch_size, seed=0)
+            for temperature in (0.0, 1.0)]
+
+
+def exported_directory(zoo_dir: Optional[str], name: str, export_stage: str,
+                       what: str) -> str:
+    """ZOO_DIR/`name` (default zoo), which must hold an exported checkpoint.
+
+    Raises:
+      FileNotFoundError: it holds none (the message names `what` and `export_stage`).
+    """
+    directory = os.path.join(os.fspath(zoo_dir or checkpoints.ZOO_DIR), name)
+    if not os.path.isfile(os.path.join(directory, checkpoints.CONFIG_FILE)):
+        raise FileNotFoundError(f"{directory} holds no {what}; export one there first "
+                                f"(--stage {export_stage})")
+    return directory
+
+
 def worst_row_acceptance(stats) -> Optional[float]:
     """The lowest acceptance rate of one request (a row that drafted at all), or None.
 
@@ -298,9 +321,7 @@ def export_pair(config, workdir: str, zoo_dir: str, data: "stages.Data",
                   "kl": validation["kl"], "overlap": validation["overlap"]}
 
     prompts = heldout_prompts(data, export.num_prompts)
-    acceptance = [measure_acceptance(target, draft, prompts, export.k, export.max_new_tokens,
-                                     temperature, batch_size=export.batch_size, seed=0)
-                  for temperature in (0.0, 1.0)]
+    acceptance = measure_both_temperatures(target, draft, prompts, export)
     latency = None
     if measure_speed and export.latency_prompts:
         latency = measure_latency(target, draft, prompts[:export.latency_prompts], export.k,

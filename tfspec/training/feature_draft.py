@@ -283,12 +283,8 @@ def export_bound_draft(config, workdir: str, zoo_dir: Optional[str], data, *, st
     compare = section.get("compare_draft", "") or ""
     if compare:  # The T5 draft of the same target, measured on the same prompts.
         drafts[compare] = checkpoints.load_model(compare)
-    acceptance = {
-        label: [export_lib.measure_acceptance(target, model, prompts, export.k,
-                                              export.max_new_tokens, temperature,
-                                              batch_size=export.batch_size, seed=0)
-                for temperature in (0.0, 1.0)]
-        for label, model in drafts.items()}
+    acceptance = {label: export_lib.measure_both_temperatures(target, model, prompts, export)
+                  for label, model in drafts.items()}
     done = trainer_lib.read_done(directory)
     with open(os.path.join(directory, "stage.json"), encoding="utf-8") as f:
         info = json.load(f)
@@ -330,11 +326,8 @@ def resize_draft_vocabulary(config, workdir: str, zoo_dir: Optional[str], data
     from tfspec import checkpoints  # pylint: disable=g-import-not-at-top
     from tfspec.training import export as export_lib  # pylint: disable=g-import-not-at-top
     export = config.export
-    directory = os.path.join(os.fspath(zoo_dir or checkpoints.ZOO_DIR),
-                             export.feature_draft_name)
-    if not os.path.isfile(os.path.join(directory, checkpoints.CONFIG_FILE)):
-        raise FileNotFoundError(f"{directory} holds no feature draft; export one there "
-                                f"first (--stage {EXPORT_STAGE})")
+    directory = export_lib.exported_directory(zoo_dir, export.feature_draft_name,
+                                              EXPORT_STAGE, "feature draft")
     before = checkpoints.load_model(directory, dtype="float32")
     if not isinstance(before, feature_draft_lib.FeatureDraft):
         raise ValueError(f"{directory} holds a {type(before).__name__}, not a feature draft")
@@ -354,12 +347,8 @@ def resize_draft_vocabulary(config, workdir: str, zoo_dir: Optional[str], data
     sampled, greedy = stages.bound_draft_continuations(config, workdir, STAGE, target, data)
     assign_draft_vocabulary(after, list(data.train) + sampled + greedy)
     prompts = export_lib.heldout_prompts(data, export.num_prompts)
-    acceptance = {
-        label: [export_lib.measure_acceptance(target, draft, prompts, export.k,
-                                              export.max_new_tokens, temperature,
-                                              batch_size=export.batch_size, seed=0)
-                for temperature in (0.0, 1.0)]
-        for label, draft in (("before", before), ("after", after))}
+    acceptance = {label: export_lib.measure_both_temperatures(target, draft, prompts, export)
+                  for label, draft in (("before", before), ("after", after))}
     with open(os.path.join(directory, checkpoints.CONFIG_FILE), encoding="utf-8") as f:
         saved_dtype = json.load(f).get("dtype", "bfloat16")  # Saved as it was exported.
     with tempfile.TemporaryDirectory(dir=directory) as scratch:

@@ -229,11 +229,8 @@ def resize_draft_vocabulary(config, workdir: str, zoo_dir: Optional[str], data
     from tfspec import checkpoints  # pylint: disable=g-import-not-at-top
     from tfspec.training import export as export_lib  # pylint: disable=g-import-not-at-top
     export = config.export
-    directory = os.path.join(os.fspath(zoo_dir or checkpoints.ZOO_DIR),
-                             export.target_encoder_draft_name)
-    if not os.path.isfile(os.path.join(directory, checkpoints.CONFIG_FILE)):
-        raise FileNotFoundError(f"{directory} holds no draft checkpoint; export one there "
-                                f"first (--stage {EXPORT_STAGE})")
+    directory = export_lib.exported_directory(zoo_dir, export.target_encoder_draft_name,
+                                              EXPORT_STAGE, "draft checkpoint")
     draft = checkpoints.load_model(directory, dtype="float32")
     if not _draft_vocab_size(config, draft):
         raise ValueError(f"set {STAGE}.draft_vocab_size (e.g. --set "
@@ -246,11 +243,8 @@ def resize_draft_vocabulary(config, workdir: str, zoo_dir: Optional[str], data
     acceptance = {}
     for label, vocabulary in (("before", before), ("after", after)):
         draft.set_draft_vocabulary(vocabulary)
-        acceptance[label] = [
-            export_lib.measure_acceptance(target, draft, prompts, export.k,
-                                          export.max_new_tokens, temperature,
-                                          batch_size=export.batch_size, seed=0)
-            for temperature in (0.0, 1.0)]
+        acceptance[label] = export_lib.measure_both_temperatures(target, draft, prompts,
+                                                                 export)
     path = checkpoints.save_draft_vocabulary(draft, directory)
     metrics = {"draft": directory, "path": path,
                "size_before": None if before is None else len(before), "size_after": len(after),
@@ -380,12 +374,8 @@ def fit_target_encoder_adapter(config, workdir: str, zoo_dir: Optional[str], dat
     adapted = checkpoints.load_model(out_dir, dtype="float32")
     own = checkpoints.load_model(out_dir, dtype="float32").detach_target_encoder()
     prompts = export_lib.heldout_prompts(data, export.num_prompts)
-    acceptance = {
-        label: [export_lib.measure_acceptance(target, model, prompts, export.k,
-                                              export.max_new_tokens, temperature,
-                                              batch_size=export.batch_size, seed=0)
-                for temperature in (0.0, 1.0)]
-        for label, model in (("target encoder", adapted), ("own encoder", own))}
+    acceptance = {label: export_lib.measure_both_temperatures(target, model, prompts, export)
+                  for label, model in (("target encoder", adapted), ("own encoder", own))}
     metrics = {"adapter": path, "fit_prompts": int(section.get("fit_prompts", 1500)),
                "acceptance": acceptance}
     feature_draft_training.write_stage_result(stages.stage_dir(workdir, ADAPTER_STAGE),
