@@ -306,14 +306,14 @@ def resize_draft_vocabulary(config, workdir: str, zoo_dir: Optional[str], data
     the most frequent target tokens of the stage's training examples (the corpus plus the
     target's continuations cached in WORKDIR/feature_draft, generated if missing), EOS in.
     Measures acceptance on the held-out prompts with the old and the new vocabulary, then
-    rewrites the export's config.json and model.safetensors (written beside and renamed
-    into place, so a crash leaves the old export whole).
+    rewrites the export's config.json and model.safetensors (each written beside and
+    renamed into place, so neither is ever half-written).
 
     Why: q = 0 outside the vocabulary, so the target's mass there is never accepted. The
     head predicts the target's features and scores them with the target's whole LM head,
     so columns it was not trained to rank still get the target's own ordering of them:
-    `zoo:tiny-code-eagle`, trained with 2048 tokens, reads held-out T = 1 beta 0.744 with
-    them, 0.760 with 4096 and 0.772 with all 8192, greedy 0.957 with each.
+    `zoo:tiny-code-eagle`, trained with 2048 tokens, reads held-out T = 1 beta 0.743 with
+    them, 0.762 with 4096 and 0.772 with all 8192, greedy 0.957 with each.
 
     Returns:
       The metrics (also WORKDIR/feature_draft_vocabulary/metrics.json): the sizes and
