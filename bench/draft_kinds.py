@@ -328,7 +328,8 @@ def measure(target, drafts: Dict[str, tuple], batches, ks: Sequence[int],
         spec_at = 1 + len(kinds) + i * len(ks)
         spec_times = times[spec_at:spec_at + len(ks)]
         spec_gens = gens[spec_at:spec_at + len(ks)]
-        spec_steps = steps[spec_at:spec_at + len(ks)] or [nan] * len(ks)
+        # Greedy speculative calls were not split (see above): no phases for them.
+        spec_steps = [nan] * len(ks) if greedy else steps[spec_at:spec_at + len(ks)]
         kind_records = speedup_lib.records_from_runs(
             ks, batches, sampling, [times[0], times[1 + i], *spec_times],
             [gens[0], gens[1 + i], *spec_gens],
