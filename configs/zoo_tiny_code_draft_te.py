@@ -51,7 +51,7 @@ Measured here (2-core CPU, 2026-12-05; 64 held-out completion prompts, k = 4, 64
 from configs import common
 from configs import zoo_tiny_code
 
-VARIANTS = ("full", "sampled", "smoke")
+VARIANTS = ("full", "sampled", "deeper", "smoke")
 
 
 def get_config(arg=None):
@@ -90,6 +90,8 @@ def get_config(arg=None):
     config.export.adapter_draft_name = "tiny-code-draft"
     if arg == "sampled":
         _continue_on_sampled(config)
+    if arg == "deeper":
+        _continue_deeper(config)
     if arg == "smoke":
         section.target_from = ""
         section.init_from = ""
@@ -124,3 +126,18 @@ def _continue_on_sampled(config):
     section.greedy_prompts = 2048
     section.sampled_max_new_tokens = 128
     section.sampled_batch_size = 32
+
+
+def _continue_deeper(config):
+    """The "deeper" variant: the shipped draft grown from one decoder layer to two, the new
+    one starting as the identity (`tfspec.training.depth`), then distilled with the label
+    term on the corpus plus the target's sampled (T = 1) and greedy continuations of 2048
+    training prompts each (the "sampled" variant's data, whose greedy agreement fell with
+    one layer)."""
+    _continue_on_sampled(config)
+    config.workdir = "~/.cache/tfspec/train/zoo_tiny_code_draft_te_deeper"
+    section = config.target_encoder_draft
+    section.decoder_layers = 2
+    section.learning_rate = 3e-4
+    section.warmup_steps = 100
+    section.label_weight = 0.1

@@ -31,12 +31,13 @@ The export is the draft's checkpoint with its adapter beside it
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from tfspec.models import target_binding
+from tfspec.training import depth
 from tfspec.training import distill
 from tfspec.training import examples as examples_lib
 from tfspec.training import feature_draft as feature_draft_training
@@ -56,7 +57,8 @@ class AdaptedDraft:
     `trainer.Trainer` (trainable variables, weights, checkpoint names). The draft's own
     encoder is left out of the trainable variables: it is never run."""
 
-    def __init__(self, draft, draft_vocabulary=None, continued: bool = False):
+    def __init__(self, draft, draft_vocabulary=None, continued: bool = False,
+                 grown_from: Optional[int] = None):
         if not draft.reads_target_encoder:
             raise ValueError("AdaptedDraft needs a draft with a target-encoder adapter "
                              "(attach_target_encoder)")
@@ -65,6 +67,8 @@ class AdaptedDraft:
         self.draft_vocabulary = draft_vocabulary
         # Whether the adapter is the starting draft's own (an export continued), not a fit.
         self.continued = continued
+        # The starting draft's decoder layers when the stage grew it (`depth`), else None.
+        self.grown_from = grown_from
 
     @property
     def projection(self):
@@ -146,18 +150,27 @@ def fit_projection(target, draft, examples: List[examples_lib.Example], count: i
     return np.linalg.solve(gram + ridge * np.eye(gram.shape[0]), cross).astype(np.float32)
 
 
-def _initial_draft(config, workdir: str):
-    """The draft the stage starts from: the section's `init_from` spec, else the recipe's
-    finished draft stage. An `init_from` that already reads a target's encoder (an export
-    of this stage) is continued: its adapter is the start, not a least-squares fit."""
-    init_from = _section(config).get("init_from", "") or ""
+def _initial_draft(config, workdir: str) -> Tuple[Any, Optional[int]]:
+    """(draft, grown_from): the draft the stage starts from, the section's `init_from` spec,
+    else the recipe's finished draft stage. An `init_from` that already reads a target's
+    encoder (an export of this stage) is continued: its adapter is the start, not a
+    least-squares fit. With the section's `decoder_layers` above its own count, it is grown
+    by identity blocks (`grown_from`: its own count; else None)."""
+    section = _section(config)
+    init_from = section.get("init_from", "") or ""
     if init_from:
-        return stages.load_spec(init_from)
-    if not trainer_lib.is_done(stages.stage_dir(workdir, stages.DRAFT)):
+        draft = stages.load_spec(init_from)
+    elif not trainer_lib.is_done(stages.stage_dir(workdir, stages.DRAFT)):
         raise RuntimeError(f"The draft stage in {stages.stage_dir(workdir, stages.DRAFT)} has "
                            f"not finished; set init_from in the recipe's {STAGE} section or "
                            "run --stage draft first.")
-    return stages.load_trained(config, workdir, stages.DRAFT, config.export.weights)
+    else:
+        draft = stages.load_trained(config, workdir, stages.DRAFT, config.export.weights)
+    layers, have = int(section.get("decoder_layers", 0) or 0), draft.config.num_decoder_layers
+    if not layers or layers == have:
+        return draft, None
+    # Deeper: the starting draft plus identity blocks (`depth.grow_decoder`).
+    return depth.grow_decoder(draft, layers, seed=int(config.seeds.get("grow", 0))), have
 
 
 def build_adapted_draft(config, workdir: str, target, data, fit: bool = True
@@ -166,7 +179,7 @@ def build_adapted_draft(config, workdir: str, target, data, fit: bool = True
     when it already has one (checked against `target`), else fitted by least squares on the
     training prompts when `fit`, else zeros (to be restored from a checkpoint)."""
     section = _section(config)
-    draft = _initial_draft(config, workdir)
+    draft, grown_from = _initial_draft(config, workdir)
     vocabulary = _draft_vocabulary(config, draft, data)
     draft.set_draft_vocabulary(None)  # Trained on all tokens; export restores the vocabulary.
     continued = draft.reads_target_encoder
@@ -180,7 +193,7 @@ def build_adapted_draft(config, workdir: str, target, data, fit: bool = True
         projection = np.zeros([target.config.d_model, draft.config.d_model], np.float32)
     draft.attach_target_encoder(projection, target_binding.target_fingerprint(target),
                                 section.get("target_from", "") or "")
-    return AdaptedDraft(draft, vocabulary, continued)
+    return AdaptedDraft(draft, vocabulary, continued, grown_from)
 
 
 def _draft_vocabulary(config, draft, data) -> Optional[np.ndarray]:
@@ -273,6 +286,7 @@ def train_target_encoder_draft(config, workdir: str, data, max_steps: Optional[i
     os.makedirs(directory, exist_ok=True)
     info = {"role": STAGE, "parameters": stages.parameter_count(model),
             "model_config": model.draft.config.to_dict(), "continued": model.continued,
+            "grown_from": model.grown_from,
             "train": examples_lib.token_counts(data.train),
             "validation": examples_lib.token_counts(data.validation),
             "recipe": json.loads(config.to_json())}
@@ -356,7 +370,7 @@ def fit_target_encoder_adapter(config, workdir: str, zoo_dir: Optional[str], dat
     from tfspec.training import export as export_lib  # pylint: disable=g-import-not-at-top
     section, export = _section(config), config.export
     target = feature_draft_training.frozen_target(config, workdir, section)
-    draft = _initial_draft(config, workdir)
+    draft, _ = _initial_draft(config, workdir)
     projection = fit_projection(target, draft, data.train, int(section.get("fit_prompts", 1500)))
     draft.attach_target_encoder(projection, target_binding.target_fingerprint(target),
                                 section.get("target_from", "") or "")
@@ -439,7 +453,9 @@ def _model_card(config, metrics: Dict[str, Any], info: Dict[str, Any]) -> str:
         f"{export.dtype} safetensors, the adapter beside it in float32).",
         f"- Shape: d_model {model['d_model']}, {model['num_heads']} heads x d_kv "
         f"{model['d_kv']}, d_ff {model['d_ff']}, {model['num_decoder_layers']} decoder "
-        f"layer(s); started from `{section.get('init_from', '') or 'the recipe draft'}`.",
+        f"layer(s); started from `{section.get('init_from', '') or 'the recipe draft'}`"
+        + (f" ({info['grown_from']} decoder layer(s)), grown by identity blocks "
+           "(`tfspec.training.depth.grow_decoder`)." if info.get("grown_from") else "."),
         _vocabulary_text(section),
         "",
         "## Training",

@@ -247,25 +247,31 @@ def test_target_encoder_draft_stage_trains_exports_then_continues_the_export(tin
     assert open(os.path.join(exported, checkpoints.WEIGHTS_FILE), "rb").read() == weights
     assert len(checkpoints.load_model(exported).draft_vocab_ids) == 64
     # An export is a starting point too: continued with its own adapter (no new fit), on
-    # the target's sampled and greedy continuations when the recipe asks for them.
+    # the target's sampled and greedy continuations when the recipe asks for them, and
+    # grown by an identity decoder block when it asks for more layers.
     again = str(tmp_path / "again")
     shutil.copytree(os.path.join(workdir, "target"), os.path.join(again, "target"))
     continued = flags + ["--workdir", again, "--set", f"target_encoder_draft.init_from={exported}",
                          "--set", "target_encoder_draft.sampled_prompts=2",
                          "--set", "target_encoder_draft.greedy_prompts=1",
-                         "--set", "target_encoder_draft.generated_prompts=0"]
+                         "--set", "target_encoder_draft.generated_prompts=0",
+                         "--set", "target_encoder_draft.decoder_layers=2"]
     _train_stage(continued, again, "target_encoder_draft", 1)
     stage_dir = os.path.join(again, "target_encoder_draft")
     assert [len(distill.load_examples(os.path.join(stage_dir, name)))
             for name in (stages.SAMPLED_FILE, stages.GREEDY_FILE)] == [2, 1]
     assert not os.path.exists(os.path.join(stage_dir, stages.GENERATED_FILE))
-    assert [json.load(open(os.path.join(d, "target_encoder_draft", "stage.json")))["continued"]
-            for d in (workdir, again)] == [False, True]
-    config = load_config(TE_CONFIG + ":smoke",
-                         [f"target_encoder_draft.init_from={exported}"])
+    infos = [json.load(open(os.path.join(d, "target_encoder_draft", "stage.json")))
+             for d in (workdir, again)]
+    assert [info["continued"] for info in infos] == [False, True]
+    assert [(info["grown_from"], info["model_config"]["num_decoder_layers"])
+            for info in infos] == [(None, 1), (1, 2)]
+    config = load_config(TE_CONFIG + ":smoke", [f"target_encoder_draft.init_from={exported}",
+                                                "target_encoder_draft.decoder_layers=2"])
     target = feature_draft_training.frozen_target(config, again,
                                                   config.target_encoder_draft)
     start = target_encoder_lib.build_adapted_draft(config, again, target, tiny_data)
+    assert (start.grown_from, len(start.draft.decoder_blocks)) == (1, 2)
     np.testing.assert_array_equal(
         start.projection.numpy(),
         checkpoints.load_model(exported, dtype="float32").target_encoder_projection.numpy())
