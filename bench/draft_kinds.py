@@ -255,8 +255,9 @@ def load_drafts(target, target_spec: str, kinds: Sequence[str], draft_spec: str,
 
 
 def load_all(args) -> tuple:
-    """(target, {kind: (SPEC, draft)}, kinds described, prompt pool) of the parsed flags; a
-    bad --prompts file fails before any model is loaded.
+    """(target, {kind: (SPEC, draft)}, kinds described, prompt pool) of the parsed flags
+    (the models frozen unless --nofreeze_weights); a bad --prompts file fails before any
+    model is loaded.
 
     Raises:
       bench_models.PromptsError, bench_models.ModelError: bad input (one line).
@@ -267,6 +268,8 @@ def load_all(args) -> tuple:
     drafts, described = load_drafts(target, args.target, args.kinds, args.draft,
                                     args.feature_draft, args.ngram, args.prompt_lookup_ngram,
                                     args.dtype, medusa_spec=args.medusa)
+    if args.freeze_weights:
+        tfspec.freeze_weights(target, *(draft for _, draft in drafts.values()))
     pool = bench_models.prompts(args.target, target, args.num_prompts, args.prompt_length,
                                 args.seed, prompts_file=args.prompts)
     return target, drafts, described, pool
@@ -427,7 +430,8 @@ def main(argv=None):
     result = run(target, drafts, pool, args.k, args.temperature, args.top_k, args.top_p,
                  args.max_new_tokens, args.repeats, args.seed, speedup_lib.jit_compile(args),
                  described, args.target)
-    result.update(prompts=args.prompts, dtype=args.dtype)  # prompts None: the built-in pool.
+    # prompts None: the built-in pool.
+    result.update(prompts=args.prompts, dtype=args.dtype, weights_frozen=args.freeze_weights)
     if result["records"]:
         timing.print_table(result["records"], COLUMNS)
         print()

@@ -228,6 +228,9 @@ def profile(target, draft, prompts, k: int, sampling: tfspec.Sampling, max_new_t
     if adaptive:  # The adaptive loop's extra input: every row's first horizon.
         inputs.append(tf.constant(np.full([len(prompts)], k, np.int32)))
     inputs.append(tf.constant(seed, tf.int64))
+    # Which models' kernel panels to check (bool [2], `generation._loop_body`): a runtime
+    # input, so its value does not change the program.
+    inputs.append(tf.constant([True, True]))
     hlo = parse_hlo(loops[0].experimental_get_compiler_ir(*inputs)(stage="optimized_hlo"))
     records = summarize(events, hlo, calls, iterations)
     return {"iterations_per_call": iterations, "records": records,

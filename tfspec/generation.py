@@ -12,6 +12,7 @@ from tfspec import acceptance as acceptance_lib
 from tfspec import adaptive as adaptive_lib
 from tfspec import decoding
 from tfspec import distribute as distribute_lib
+from tfspec import frozen
 from tfspec import kernels
 from tfspec import memory
 from tfspec import quiet
@@ -201,8 +202,12 @@ def _loop_body(target_fn, draft_fn, config: decoding.LoopConfig, accept_fn, draf
     """The loop as a function of its tensor inputs; `target_fn()` / `draft_fn()` give the
     models (weak references when compiled). Adaptive loops take the rows' first horizons
     (int32 [batch]) after the row keys and return the last ones. With `check_panels` it
-    also returns "panels_current" (bool []): whether every `tfspec.kernels` panel cache the
-    program read still matches its sources (`PanelCache.current`; see `_generate`)."""
+    takes a last input `check_mask`, bool [2]: whether to check the target's panels and
+    the draft side's (those of every other model the program reads); and it returns
+    "panels_current" (bool []): whether every `tfspec.kernels` panel cache it checked still
+    matches its sources (`PanelCache.current`; see `_generate`). A frozen model's check
+    is switched off by the mask (`tfspec.freeze_weights`), not compiled out, so freezing
+    compiles nothing."""
 
     def outputs(out_ids, lengths, state):
         return {"out_ids": out_ids, "lengths": lengths, "rounds": state.rounds,
@@ -211,23 +216,28 @@ def _loop_body(target_fn, draft_fn, config: decoding.LoopConfig, accept_fn, draf
                 "accepted_per_position": state.accepted_per_position,
                 "beta_sum": state.beta_sum, "horizon": state.horizon}
 
-    def checked(**kwargs):
+    def checked(check_mask, **kwargs):
         with kernels.recording_panel_reads() as reads:
             out = outputs(*decoding.decode_loop(
                 target_fn(), draft_fn(), config=config, accept_fn=accept_fn,
                 draft_sample_fn=draft_sample_fn, **kwargs))
         if check_panels:
-            out["panels_current"] = tf.reduce_all(
-                tf.stack([tf.constant(True)] + [cache.current(entries)
-                                                 for cache, entries in reads.checks()]))
+            target_cache = kernels.existing_panel_cache(target_fn())
+            current = [tf.constant(True)]
+            for cache, entries in reads.checks():
+                # An XLA conditional: a frozen model's branch never reads its weights.
+                check = check_mask[0] if cache is target_cache else check_mask[1]
+                current.append(tf.cond(check, lambda c=cache, e=entries: c.current(e),
+                                       lambda: tf.constant(True)))
+            out["panels_current"] = tf.reduce_all(tf.stack(current))
         return out
 
-    def run(prompt_ids, prompt_lengths, row_keys, seed):
-        return checked(prompt_ids=prompt_ids, prompt_lengths=prompt_lengths,
+    def run(prompt_ids, prompt_lengths, row_keys, seed, check_mask=None):
+        return checked(check_mask, prompt_ids=prompt_ids, prompt_lengths=prompt_lengths,
                        row_keys=row_keys, seed=seed)
 
-    def run_adaptive(prompt_ids, prompt_lengths, row_keys, horizons, seed):
-        return checked(prompt_ids=prompt_ids, prompt_lengths=prompt_lengths,
+    def run_adaptive(prompt_ids, prompt_lengths, row_keys, horizons, seed, check_mask=None):
+        return checked(check_mask, prompt_ids=prompt_ids, prompt_lengths=prompt_lengths,
                        row_keys=row_keys, seed=seed, horizons=horizons)
 
     return run if config.adaptive is None else run_adaptive
@@ -388,8 +398,10 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
     # the program instead of a call of its own before it: 4-5 ms per request of the
     # embedded target, whose 79 MB of float32 kernels come from DRAM), and in the rare call
     # whose weights changed since the last packing, the panels are re-packed and the call
-    # runs again. A model's first call (and any after a panel switch or a dropped cache)
-    # packs them here first, so that the one program per shape is traced with its panels.
+    # runs again; except for frozen models (`tfspec.freeze_weights`), whose weights are
+    # declared final. A model's first call (and any after a panel switch or a dropped
+    # cache) packs them here first, so that the one program per shape is traced with its
+    # panels.
     check_panels = bool(jit_compile) and not split
     if jit_compile and not (check_panels and _panels_refreshed(target, loop_draft)):
         _refresh_decode_panels(target, loop_draft)
@@ -402,6 +414,10 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
         # decode (measured in `evals.run`), a constant ~0.2 ms.
         batched.append(tf.constant(np.full([batch], controller.horizon, np.int32)))
     seed_tensor = tf.constant(seed, tf.int64)
+    args = batched + [seed_tensor]
+    if check_panels:  # check_mask, bool [2]: the target's panels, the draft side's.
+        args.append(tf.constant([not frozen.is_frozen(target),
+                                 not frozen.is_frozen(loop_draft)]))
     traces = _tracing_count(run)
     start = time.perf_counter()
     if split:
@@ -411,14 +427,14 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
         out = distribute_lib.run_split(strategy, run, batched, seed_tensor)
     else:
         out = {name: value.numpy()
-               for name, value in _call_loop(run, batched + [seed_tensor]).items()}
+               for name, value in _call_loop(run, args).items()}
     stale = check_panels and not bool(out.pop("panels_current"))
     if stale:  # The weights changed since the panels were packed: re-pack, run again.
         _refresh_decode_panels(target, loop_draft)
         run = _loop_fn(target, loop_draft, config, jit_compile, accept_fn, draft_sample_fn,
                        check_panels)
         out = {name: value.numpy()
-               for name, value in _call_loop(run, batched + [seed_tensor]).items()
+               for name, value in _call_loop(run, args).items()
                if name != "panels_current"}
     seconds = time.perf_counter() - start
     if controller is not None:

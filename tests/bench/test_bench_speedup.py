@@ -165,6 +165,17 @@ def test_self_draft_greedy_accepts_everything_and_keeps_the_contract():
         assert math.isfinite(record[key]), key
 
 
+@pytest.mark.parametrize("flags,frozen", [([], True), (["--nofreeze_weights"], False)])
+def test_loaded_models_are_frozen_unless_asked_not_to(flags, frozen):
+    """A benchmark never changes the models it loads, so it decodes them frozen (no
+    per-request check of their kernel panels), as a serving process would."""
+    args = speedup._parse_args(["--target", TINY, "--draft", TINY_DRAFT, "--num_prompts",
+                                "1"] + flags)
+    target, draft, _ = speedup.load_pair_and_prompts(args)
+    assert tfspec.frozen.is_frozen(target) is frozen
+    assert tfspec.frozen.is_frozen(draft) is frozen
+
+
 def test_main_writes_one_record_per_k_batch_temperature(tmp_path, capsys):
     out = tmp_path / "speedup.json"
     speedup.main(["--target", TINY, "--draft", TINY_DRAFT, "--k", "1", "--batch_size", "2",
@@ -174,6 +185,7 @@ def test_main_writes_one_record_per_k_batch_temperature(tmp_path, capsys):
     result = json.loads(out.read_text())
     (record,) = result["records"]
     _check_contract(record)
+    assert result["weights_frozen"] is True
     # Without --fixed_costs the decomposition is not measured: its fields are nan.
     assert not result["fixed_costs"] and math.isnan(record["round_ms"])
     assert (record["k"], record["batch_size"], record["temperature"]) == (1, 2, 1.0)

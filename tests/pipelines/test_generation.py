@@ -286,6 +286,14 @@ def test_dtype_is_passed_to_load_model(pair, dtype):
         assert {v.dtype for v in model.weights} == {dtype or "float32"}
 
 
+def test_loaded_models_are_frozen(pair):
+    """The pipeline never changes their weights: decoding skips the per-request check of
+    their kernel panels (`tfspec.freeze_weights`)."""
+    models = generation.load_models(generation.ModelSpec(target=pair["target"],
+                                                         draft=pair["draft"]))
+    assert tfspec.frozen.is_frozen(models.target) and tfspec.frozen.is_frozen(models.draft)
+
+
 def test_phases_reported_while_generating(spec, make_items, tmp_path, monkeypatch):
     from pipelines import status  # pylint: disable=import-outside-toplevel
     phases = []

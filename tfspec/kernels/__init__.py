@@ -618,6 +618,14 @@ class PanelCache:
         packed = tf.gather(self._packed_fingerprints, rows)
         return tf.reduce_all(tf.equal(fingerprints(variables), packed))
 
+    def matches_sources(self) -> bool:
+        """Whether every source still has the fingerprint its panels were packed (or last
+        checked) from (eager; after a `refresh`): what `tfspec.unfreeze_weights` asks."""
+        if self._packed_fingerprints is None:
+            return True
+        return bool(tf.reduce_all(tf.equal(self._fingerprint_all(),
+                                           self._packed_fingerprints)))
+
     @property
     def layout(self) -> tuple:
         """Per matrix: for ROWS panels whether they are half-width, for AMX ones `AMX` or
