@@ -71,6 +71,13 @@ JIT here (vm.max_map_count 65530), so split such a sweep into runs of a few k ea
 max_prompt_length (keeping the end); --num_prompts N then takes the file's first N (default:
 all). Bad input stops with a one-line error naming the file and line (exit status 2).
 
+The loaded models are frozen (`tfspec.freeze_weights`), as a serving process would freeze
+them: no timed call checks their kernel panels against their weights, a pass over every
+weight that cost 4-5 ms of a ~20 ms request of the embedded target and ~1 ms more for its
+draft when checked (the speculative side pays both). --nofreeze_weights times the checked
+calls (the default before 2026-12-07); the JSON's "weights_frozen" says which. The other
+pair benchmarks (`add_pair_args`) and `bench.draft_kinds` take the same flag.
+
 --acceptance exact,typical times Medusa's typical acceptance (`tfspec.TypicalAcceptance`,
 --typical_epsilon / --typical_delta) beside the exact rule at every k. It is an opt-in that
 is NOT distribution-preserving above temperature 0: its records carry "acceptance":
