@@ -107,13 +107,20 @@ def draft_kinds_section(results: Sequence[Dict[str, Any]]) -> List[str]:
     sources = ", ".join(f"`{os.path.relpath(r['path'])}`" for r in results)
     ks = sorted({k for r in results for k in (r.get("k") or [])},
                 key=lambda k: (isinstance(k, str), k if isinstance(k, int) else 0, str(k)))
+    frozen = {r.get("weights_frozen") for r in results}
+    # Files from before the flag existed timed calls that checked the weights.
+    weights = ("models frozen (`tfspec.freeze_weights`: no per-request check of the "
+               "weights)" if frozen == {True} else
+               "weights checked on every request" if frozen <= {False, None} else
+               "some files with frozen models, some without")
     return [
         "## Draft kinds side by side",
         "",
         f"From `python -m bench.draft_kinds` ({sources}): target "
         f"`{first.get('target')}`, {first.get('num_prompts')} held-out prompts, batch "
         f"{first.get('batch_size')}, {first.get('max_new_tokens')} new tokens, k in "
-        f"{{{', '.join(str(k) for k in ks)}}}, one interleaved run per file. Each cell is "
+        f"{{{', '.join(str(k) for k in ks)}}}, {weights}, one interleaved run per file. "
+        "Each cell is "
         "the kind's best k at that temperature; speed-up is autoregressive ms/token over "
         "speculative ms/token in the same run, beta the measured overlap, c the cost of "
         "one draft step over one target step, over whole requests (a feature draft or "

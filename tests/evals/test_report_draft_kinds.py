@@ -116,3 +116,23 @@ def test_c_per_step_is_shown_when_the_results_have_it(tmp_path):
     rows = _rows(draft_kinds.draft_kinds_table(
         [draft_kinds.load_draft_kinds(_result(tmp_path, "r.json", summary))]))
     assert rows[0]["T=1 c"] == "1.03" and rows[0]["T=1 c per step"] == "0.12"
+
+
+@pytest.mark.parametrize("frozen,says", [
+    ([True, True], "models frozen (`tfspec.freeze_weights`"),
+    ([None, False], "weights checked on every request"),
+    ([True, None], "some files with frozen models, some without")])
+def test_the_section_says_whether_the_models_were_frozen(tmp_path, frozen, says):
+    results = []
+    for t, value in enumerate(frozen):
+        path = _result(tmp_path, f"t{t}.json", [{
+            "kind": "t5", "draft": "d", "temperature": float(t), "best_k": 1, "speedup": 1.1,
+            "beta_mean": 0.7, "draft_cost_ratio": 0.2}])
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if value is not None:
+            data["weights_frozen"] = value
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        results.append(draft_kinds.load_draft_kinds(path))
+    assert says in "\n".join(draft_kinds.draft_kinds_section(results))
