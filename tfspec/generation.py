@@ -232,14 +232,27 @@ def _loop_body(target_fn, draft_fn, config: decoding.LoopConfig, accept_fn, draf
             out["panels_current"] = tf.reduce_all(tf.stack(current))
         return out
 
-    def run(prompt_ids, prompt_lengths, row_keys, seed, check_mask=None):
+    # Explicit signatures (a tf.function binds every declared input): the check mask is an
+    # input only of programs that check their panels.
+    def run(prompt_ids, prompt_lengths, row_keys, seed):
+        return checked(None, prompt_ids=prompt_ids, prompt_lengths=prompt_lengths,
+                       row_keys=row_keys, seed=seed)
+
+    def run_adaptive(prompt_ids, prompt_lengths, row_keys, horizons, seed):
+        return checked(None, prompt_ids=prompt_ids, prompt_lengths=prompt_lengths,
+                       row_keys=row_keys, seed=seed, horizons=horizons)
+
+    def run_checked(prompt_ids, prompt_lengths, row_keys, seed, check_mask):
         return checked(check_mask, prompt_ids=prompt_ids, prompt_lengths=prompt_lengths,
                        row_keys=row_keys, seed=seed)
 
-    def run_adaptive(prompt_ids, prompt_lengths, row_keys, horizons, seed, check_mask=None):
+    def run_adaptive_checked(prompt_ids, prompt_lengths, row_keys, horizons, seed,
+                             check_mask):
         return checked(check_mask, prompt_ids=prompt_ids, prompt_lengths=prompt_lengths,
                        row_keys=row_keys, seed=seed, horizons=horizons)
 
+    if check_panels:
+        return run_checked if config.adaptive is None else run_adaptive_checked
     return run if config.adaptive is None else run_adaptive
 
 
