@@ -25,9 +25,10 @@ while frozen. The evaluation harness (`evals.run`, `pipelines`) and the benchmar
 
 Changing a frozen model's weights is a bug that nothing can stop at the source: an
 optimizer or a checkpoint restore writes the TensorFlow variables directly. Decoding would
-then read panels packed from the old weights, so its outputs would follow the old model
-(the packed copies stay self-consistent; only which weights they hold is wrong).
-`unfreeze_weights` reports it, in one line, as soon as the model is unfrozen.
+then mix the new weights (the encoder, the norms) with panels packed from the old ones
+(the decode products): outputs of neither model. `unfreeze_weights` reports it, in one
+line, as soon as the model is unfrozen. A feature draft or Medusa heads also pack their
+target's LM head: freeze them only while their target's weights stay as they are too.
 """
 
 import contextlib
