@@ -53,6 +53,9 @@ def pytest_configure(config):
         "markers", "strategies: with the default --strategy, run under both the default "
                    "and the mirrored strategy (the CI part of the strategy matrix)")
     config.addinivalue_line(
+        "markers", "xla_loops: in the harness test directories, decode with XLA programs as "
+                   "asked (see the `_graph_loops` fixture)")
+    config.addinivalue_line(
         "markers", "auto_default: k=\"auto\" keeps its shipped schedule in this test (see "
                    "the `_auto_in_one_window` fixture)")
 
@@ -85,6 +88,44 @@ def _auto_in_one_window(request, monkeypatch):
     monkeypatch.setattr(adaptive, "resolve", one_window)
 
 
+# Test directories whose decoding runs as tf.function graphs instead of XLA programs (see
+# `_graph_loops`); tests/tfspec, which tests the compiled loop itself, is not among them.
+_GRAPH_LOOP_DIRS = ("bench", "evals", "pipelines", "recipes")
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(autouse=True)
+def _graph_loops(request, monkeypatch):
+    """In the harness tests (`_GRAPH_LOOP_DIRS`), `tfspec.generate`'s decode loop runs as a
+    `tf.function` graph (`jit_compile=False`) where the caller asked for an XLA program,
+    except in tests marked `xla_loops`.
+
+    Why: TensorFlow never frees a compiled XLA program (its device compilation cache has no
+    eviction), and XLA:CPU keeps ~0.2-0.3 MB of heap per kernel of a program (measured
+    2026-12-07: a jit function of 80 small fusions leaves 25 MB, one of 20 leaves 6 MB), so
+    each decode loop of a tiny test pair stays in its worker at ~50 MB. The suite's two
+    workers outgrew this machine's 24 GiB (CI stop 56 timed out thrashing at 94%). The
+    graph runs the same ops and the same loop code (panel checks included), so the
+    harness tests (records, pipelines, reports, benchmark plumbing, recipes) test what
+    they test; the XLA programs are tested in tests/tfspec (exactness, greedy identity,
+    the loop's HLO, kernels) and by the benchmarks themselves. Tests of what only the
+    compiled program does (its numerics across shapes, its compilation) are marked
+    `xla_loops`.
+    """
+    rel = os.path.relpath(str(request.node.path), _TESTS_DIR)
+    if (rel.split(os.sep)[0] not in _GRAPH_LOOP_DIRS
+            or request.node.get_closest_marker("xla_loops")):
+        return
+    from tfspec import generation  # pylint: disable=import-outside-toplevel
+    loop_fn = generation._loop_fn  # pylint: disable=protected-access
+
+    def graph_loop_fn(target, draft, config, jit_compile, *args, **kwargs):
+        return loop_fn(target, draft, config, False if jit_compile else jit_compile,
+                       *args, **kwargs)
+
+    monkeypatch.setattr(generation, "_loop_fn", graph_loop_fn)
+
+
 def _libc_malloc_trim():
     """glibc's malloc_trim, or None (another C library or OS)."""
     try:
@@ -97,7 +138,7 @@ _MALLOC_TRIM = _libc_malloc_trim()
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _return_freed_memory():
+def _return_freed_memory(request):
     """After each test module: collect garbage and hand glibc's free heap pages back to the
     OS (malloc_trim).
 
@@ -108,10 +149,25 @@ def _return_freed_memory():
     memory with the trim (312 against 485 MB after the first iteration), the same growth
     per iteration after it.
     """
+    before = _resident_mb()
     yield
     gc.collect()
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+    log = os.environ.get("TFSPEC_TEST_MEMORY_LOG")
+    if log:  # One line per module: worker, resident MB before and after, the module.
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}\t{before:.0f}\t"
+                    f"{_resident_mb():.0f}\t{request.node.nodeid}\n")
+
+
+def _resident_mb() -> float:
+    """This process's resident memory in MB (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def pytest_report_header(config):

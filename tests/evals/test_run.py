@@ -156,6 +156,9 @@ def _in_process(args, monkeypatch=None):
     return runner.run(spec, progress=False)
 
 
+# The worker processes decode with XLA programs (`tests/conftest.py`'s `_graph_loops` patches
+# only this process), so this process must too for the rows to match.
+@pytest.mark.xla_loops
 def test_two_worker_processes_match_one(pair, xsum, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     common = ["--num_samples", "2", "--nobaseline"]

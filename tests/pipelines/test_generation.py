@@ -294,6 +294,26 @@ def test_loaded_models_are_frozen(pair):
     assert tfspec.frozen.is_frozen(models.target) and tfspec.frozen.is_frozen(models.draft)
 
 
+def _loop_is_xla(spec) -> bool:
+    """Decodes one prompt autoregressively with a loop new to the target (max_new_tokens 2,
+    which no other test asks for); whether that loop is an XLA program."""
+    models = generation.load_models(spec)
+    before = set(tf_generation.compiled_loops(models.target))
+    tfspec.generate(models.target, [[5, 6, 7]], k=0, max_new_tokens=2, seed=7)
+    (loop,) = set(tf_generation.compiled_loops(models.target)) - before
+    return bool(loop._jit_compile)  # pylint: disable=protected-access
+
+
+def test_harness_tests_decode_with_graph_loops(spec):
+    """`tests/conftest.py` (`_graph_loops`): the harness tests run tf.function graphs."""
+    assert not _loop_is_xla(spec)
+
+
+@pytest.mark.xla_loops
+def test_tests_marked_xla_loops_decode_with_xla_programs(spec):
+    assert _loop_is_xla(spec)
+
+
 def test_phases_reported_while_generating(spec, make_items, tmp_path, monkeypatch):
     from pipelines import status  # pylint: disable=import-outside-toplevel
     phases = []
