@@ -66,8 +66,9 @@ def _auto_in_one_window(request, monkeypatch):
     except in tests marked `auto_default`.
 
     Why: TensorFlow never frees a compiled XLA program (its device compilation cache has no
-    eviction), so each test worker keeps every program it compiled, and the suite peaks
-    near this machine's 24 GiB (23.1 GB used, 2026-12-06). The shipped default (the
+    eviction), so each test worker keeps every program it compiled, and memory bounds the
+    suite (it peaked at 23.1 GB used of 24.1 on 2026-12-06; see `_graph_loops`). The
+    shipped default (the
     formula's schedule, `AutoDraft.draft_cost` 0.5) compiles one program per window,
     1..k_max, per model and prompt bucket: +0.6 GB over the files that use `k="auto"`.
     Tests of the schedules pass an explicit `AutoDraft` (both schedules are covered by the
@@ -142,8 +143,8 @@ def _return_freed_memory(request):
     """After each test module: collect garbage and hand glibc's free heap pages back to the
     OS (malloc_trim).
 
-    Why: the suite's two workers peak within ~0.3 GB of this machine's 24 GiB (TensorFlow
-    keeps every compiled program, see `_auto_in_one_window`), and XLA's compiler frees
+    Why: memory bounds the suite (TensorFlow keeps every compiled program, see
+    `_graph_loops`), and XLA's compiler frees
     most of what it allocates into glibc's per-thread arenas, which keep it. Measured on a
     loop that makes a tiny pair and compiles 4 loops per iteration: 170 MB less resident
     memory with the trim (312 against 485 MB after the first iteration), the same growth
