@@ -68,9 +68,9 @@ def _auto_in_one_window(request, monkeypatch):
     Why: TensorFlow never frees a compiled XLA program (its device compilation cache has no
     eviction), so each test worker keeps every program it compiled, and memory bounds the
     suite (it peaked at 23.1 GB used of 24.1 on 2026-12-06; see `_graph_loops`). The
-    shipped default (the
-    formula's schedule, `AutoDraft.draft_cost` 0.5) compiles one program per window,
-    1..k_max, per model and prompt bucket: +0.6 GB over the files that use `k="auto"`.
+    shipped default (the formula's schedule, `AutoDraft.draft_cost` 0.5) compiles one
+    program per window, 1..k_max, per model and prompt bucket: +0.6 GB over the files that
+    use `k="auto"`.
     Tests of the schedules pass an explicit `AutoDraft` (both schedules are covered by the
     exactness and adaptive tests); those that use "auto" for the plumbing (records,
     summaries, reports, the CLI) do not need four programs each.
