@@ -257,7 +257,8 @@ def load_drafts(target, target_spec: str, kinds: Sequence[str], draft_spec: str,
 def load_all(args) -> tuple:
     """(target, {kind: (SPEC, draft)}, kinds described, prompt pool) of the parsed flags
     (the models frozen unless --nofreeze_weights); a bad --prompts file fails before any
-    model is loaded.
+    model is loaded, and a --k that a draft cannot draft (more than a Medusa draft's heads)
+    before any decoding.
 
     Raises:
       bench_models.PromptsError, bench_models.ModelError: bad input (one line).
@@ -268,6 +269,15 @@ def load_all(args) -> tuple:
     drafts, described = load_drafts(target, args.target, args.kinds, args.draft,
                                     args.feature_draft, args.ngram, args.prompt_lookup_ngram,
                                     args.dtype, medusa_spec=args.medusa)
+    for kind, (spec, draft) in drafts.items():  # Before any decoding: k beyond its heads.
+        check_k = getattr(draft, "check_k", None)
+        if check_k is not None and args.k:
+            try:
+                check_k(max(args.k))
+            except ValueError as e:
+                raise bench_models.ModelError(
+                    f"--k {max(args.k)} is too long for draft kind {kind} ({spec}): {e}; "
+                    f"lower --k or leave {kind} out of --kinds") from None
     if args.freeze_weights:
         tfspec.freeze_weights(target, *(draft for _, draft in drafts.values()))
     pool = bench_models.prompts(args.target, target, args.num_prompts, args.prompt_length,

@@ -143,6 +143,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
             raise UsageError(datasources.one_line(e, 400)) from None
         large_model = models.num_parameters() * 4 > LARGE_MODEL_BYTES
         _check_decode_memory(spec, models)
+        _check_draft_k(spec, models)
         if local:
             num_programs = len(spec.modes) * len(_prompt_buckets(examples, models, spec))
     if task.executes_code and run_spec_lib.is_local_runner(spec.runner):
@@ -193,6 +194,19 @@ def _check_decode_memory(spec: RunSpec, models) -> None:
                                     spec.max_new_tokens, k)
     except ValueError as e:
         raise UsageError(f"{e} (--max_new_tokens, --batch_size)") from None
+
+
+def _check_draft_k(spec: RunSpec, models) -> None:
+    """--k against what the draft can draft per round (a Medusa draft: one token per head),
+    before any example is decoded."""
+    check_k = getattr(models.draft, "check_k", None)
+    k = max((_compiled_k(k) for _, k in spec.modes), default=0)
+    if check_k is None or k < 1:
+        return
+    try:
+        check_k(k)
+    except ValueError as e:
+        raise UsageError(f"--k {k}: {e}; lower --k") from None
 
 
 def _probe_sandbox() -> None:

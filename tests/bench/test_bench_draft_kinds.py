@@ -163,6 +163,17 @@ def test_bad_input_is_one_line_and_exit_2(flags, message, foreign, tmp_path, cap
     assert message in err, err
 
 
+def test_a_k_beyond_the_medusa_heads_is_one_line_before_decoding(medusa, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        draft_kinds.main(["--target", TINY, "--kinds", "t5,medusa", "--draft", TINY_DRAFT,
+                          "--medusa", medusa, "--k", "2,4", *FAST])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "--k 4 is too long for draft kind medusa" in err, err
+    assert "has 3 heads, so it drafts at most k = 3" in err, err
+
+
 def test_load_drafts_binds_the_feature_draft_and_adopts_the_vocabulary(feature_draft, medusa):
     target = bench_models.load(TINY)
     drafts, described = draft_kinds.load_drafts(

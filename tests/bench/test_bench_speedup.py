@@ -12,7 +12,7 @@ from bench import speedup
 from evals import memory_maps
 from evals import walltime
 from tests.bench.bench_fixtures import (CONTRACT_KEYS, FOREIGN, TINY, TINY_DRAFT,
-                                        save_feature_draft)
+                                        save_feature_draft, save_medusa_heads)
 
 
 def _check_contract(record):
@@ -369,6 +369,17 @@ def test_feature_draft_spec_times_its_c_through_alone(feature_draft, tmp_path, m
     # c: the draft decoded alone through FeatureDraftAlone; speculation: the draft itself.
     assert ("FeatureDraftAlone", "NoneType") in models
     assert ("T5", "FeatureDraft") in models
+
+
+def test_a_k_beyond_the_medusa_heads_is_one_line_before_decoding(tmp_path, capsys):
+    heads = save_medusa_heads(tmp_path / "medusa")  # 3 heads.
+    with pytest.raises(SystemExit) as exit_info:
+        speedup.main(["--target", TINY, "--draft", heads, "--k", "2,4,auto", "--eager",
+                      "--repeats", "1", "--num_prompts", "1", "--max_new_tokens", "4"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"--k 4 is too long for --draft {heads}: this Medusa draft has 3 heads" in err
 
 
 def test_a_foreign_feature_draft_is_one_line_and_exit_2_at_the_command_line(tmp_path):

@@ -176,6 +176,16 @@ def test_resume_with_a_key_only_journal_line_is_a_one_line_error(tmp_path):
            in message and "\n" not in message
 
 
+def test_a_k_beyond_the_medusa_heads_is_refused_in_prepare(tmp_path):
+    spec = build_run_spec(dict(task="humaneval", limit=1, draft="zoo:tiny-code-medusa",
+                               k=5, output_dir=str(tmp_path / "run")))
+    with pytest.raises(UsageError, match=r"^--k 5: this Medusa draft has 4 heads, so it "
+                                         r"drafts at most k = 4 tokens per round; got k = 5; "
+                                         r"lower --k$"):
+        runner.prepare(spec)
+    assert not (tmp_path / "run").exists()
+
+
 def test_max_new_tokens_beyond_memory_is_refused_in_prepare(tmp_path):
     spec = build_run_spec(dict(task="humaneval", limit=1, max_new_tokens=10**9,
                                output_dir=str(tmp_path / "run")))
