@@ -136,11 +136,15 @@ def _prepared(model, prompt_ids, lengths):
     return states.numpy(), keys.numpy(), reads_box[-1]
 
 
-@pytest.mark.parametrize("batch,width", [(1, 8), (1, 48), (4, 16)])
-def test_the_encoder_runs_on_amx_from_amx_min_rows(batch, width):
-    """At batch x bucket >= AMX_MIN_ROWS the encoder's and the cross keys/values' products
-    read AMX panels (and only then does the program's panel check cover their weights);
-    the states are those of XLA's float32 products up to summation order."""
+@pytest.mark.parametrize("batch,width,min_rows", [
+    (1, 8, None), (1, 48, None), (4, 16, None), (1, 8, 32), (1, 48, 32), (2, 12, 32)])
+def test_the_encoder_runs_on_amx_from_amx_min_rows(batch, width, min_rows, monkeypatch):
+    """At batch x bucket >= AMX_MIN_ROWS (the default, and a raised threshold) the
+    encoder's and the cross keys/values' products read AMX panels (and only then does the
+    program's panel check cover their weights); the states are those of XLA's float32
+    products up to summation order, and below the threshold exactly XLA's."""
+    if min_rows is not None:
+        monkeypatch.setattr(kernels, "AMX_MIN_ROWS", min_rows)
     ids = np.array([[(3 * r + c) % 35 + 2 for c in range(width)] for r in range(batch)])
     lengths = np.full([batch], width, np.int32)
     states, keys, reads = _prepared(_model(3), ids, lengths)

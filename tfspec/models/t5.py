@@ -98,9 +98,9 @@ def _write_key_columns(keys_transposed: tf.Tensor, keys: tf.Tensor,
 
 def _amx_applies(x: tf.Tensor) -> bool:
     """Whether the once-per-request products over `x` ([B, S] ids or [B, S, D] states) go
-    through AMX panels: a static B x S of at least `kernels.AMX_MIN_ROWS`. Below it AMX
-    saves less than the in-loop check of its panels' sources costs (`PanelCache.current`
-    then reads only the decode step's)."""
+    through AMX panels: a static B x S of at least `kernels.AMX_MIN_ROWS` (1: every static
+    shape). Below it the in-loop check of the panels' sources reads only the decode step's
+    weights (`PanelCache.current`)."""
     shape = x.shape
     return (shape.is_fully_defined()
             and int(shape[0]) * int(shape[1]) >= kernels.AMX_MIN_ROWS)
