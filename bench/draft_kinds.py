@@ -269,15 +269,9 @@ def load_all(args) -> tuple:
     drafts, described = load_drafts(target, args.target, args.kinds, args.draft,
                                     args.feature_draft, args.ngram, args.prompt_lookup_ngram,
                                     args.dtype, medusa_spec=args.medusa)
-    for kind, (spec, draft) in drafts.items():  # Before any decoding: k beyond its heads.
-        check_k = getattr(draft, "check_k", None)
-        if check_k is not None and args.k:
-            try:
-                check_k(max(args.k))
-            except ValueError as e:
-                raise bench_models.ModelError(
-                    f"--k {max(args.k)} is too long for draft kind {kind} ({spec}): {e}; "
-                    f"lower --k or leave {kind} out of --kinds") from None
+    for kind, (spec, draft) in drafts.items():
+        bench_models.check_draft_k(draft, args.k, f"draft kind {kind} ({spec})",
+                                   f"lower --k or leave {kind} out of --kinds")
     if args.freeze_weights:
         tfspec.freeze_weights(target, *(draft for _, draft in drafts.values()))
     pool = bench_models.prompts(args.target, target, args.num_prompts, args.prompt_length,

@@ -38,7 +38,7 @@ naming the file and line; the benchmarks' `main`s turn it into exit status 2
 import contextlib
 import json
 import sys
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -224,6 +224,33 @@ def require_token_draft(draft, draft_spec: str, program: str, why: str) -> None:
     if is_feature_draft(draft):
         raise ModelError(f"{program} does not take a feature draft (--draft {draft_spec}): "
                          f"{why}")
+
+
+def check_draft_k(draft, ks: Sequence, where: str, fix: str = "lower --k",
+                  auto_k_max: int = 0) -> None:
+    """Raises `ModelError` (one line) if `draft` cannot draft the longest of `ks` per round
+    (a Medusa draft: one token per head), so that a run fails before any decoding.
+
+    Args:
+      draft: any draft; only those with a `check_k(k)` (Medusa heads) can refuse.
+      ks: the --k entries: ints (0: autoregressive) and "auto", which drafts up to
+        `auto_k_max` tokens per round.
+      where: names the draft in the message, e.g. "--draft zoo:tiny-code-medusa".
+      fix: what to change, ending the message.
+    """
+    check_k = getattr(draft, "check_k", None)
+    longest = [(k, f"--k {k}") for k in ks if isinstance(k, int) and k > 0]
+    if auto_k_max > 0 and any(isinstance(k, str) for k in ks):
+        longest.append((auto_k_max, f"--k auto (up to --auto_k_max {auto_k_max} per round)"))
+    if check_k is None or not longest:
+        return
+    k, flag = max(longest, key=lambda entry: entry[0])  # A fixed k first on a tie.
+    try:
+        check_k(k)
+    except ValueError as e:
+        if flag.startswith("--k auto"):
+            fix += " or --auto_k_max"
+        raise ModelError(f"{flag} is too long for {where}: {e}; {fix}") from None
 
 
 DEFAULT_NUM_PROMPTS = 8

@@ -215,16 +215,10 @@ def load_pair_and_prompts(args, min_prompts: int = 0):
     else:
         num_prompts = max(args.num_prompts or bench_models.DEFAULT_NUM_PROMPTS, min_prompts)
     target, draft = bench_models.load_pair(args.target, args.draft, args.dtype)
-    check_k = getattr(draft, "check_k", None)  # Before any decoding: k beyond its heads.
     ks = getattr(args, "k", None)  # Not every benchmark has --k; some take one k.
-    fixed_ks = [k for k in (ks if isinstance(ks, (list, tuple)) else [ks])
-                if isinstance(k, int) and k > 0]
-    if check_k is not None and fixed_ks:
-        try:
-            check_k(max(fixed_ks))
-        except ValueError as e:
-            raise bench_models.ModelError(f"--k {max(fixed_ks)} is too long for --draft "
-                                          f"{args.draft}: {e}; lower --k") from None
+    bench_models.check_draft_k(draft, ks if isinstance(ks, (list, tuple)) else [ks],
+                               f"--draft {args.draft}",
+                               auto_k_max=getattr(args, "auto_k_max", 0))
     if args.freeze_weights:
         tfspec.freeze_weights(target, draft)
     pool = bench_models.prompts(args.target, target, num_prompts, args.prompt_length,

@@ -200,12 +200,16 @@ def _check_draft_k(spec: RunSpec, models) -> None:
     """--k against what the draft can draft per round (a Medusa draft: one token per head),
     before any example is decoded."""
     check_k = getattr(models.draft, "check_k", None)
-    k = max((_compiled_k(k) for _, k in spec.modes), default=0)
+    k, mode_k = max(((_compiled_k(k), k) for _, k in spec.modes), default=(0, 0),
+                    key=lambda pair: pair[0])
     if check_k is None or k < 1:
         return
     try:
         check_k(k)
     except ValueError as e:
+        if mode_k == records.AUTO:
+            raise UsageError(f"--k auto drafts up to k = {k} tokens per round: {e}; use a "
+                             f"fixed --k instead") from None
         raise UsageError(f"--k {k}: {e}; lower --k") from None
 
 

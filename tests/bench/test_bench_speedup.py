@@ -382,6 +382,20 @@ def test_a_k_beyond_the_medusa_heads_is_one_line_before_decoding(tmp_path, capsy
     assert f"--k 4 is too long for --draft {heads}: this Medusa draft has 3 heads" in err
 
 
+def test_an_auto_k_max_beyond_the_medusa_heads_names_auto(tmp_path, capsys):
+    heads = save_medusa_heads(tmp_path / "medusa")  # 3 heads.
+    with pytest.raises(SystemExit) as exit_info:
+        speedup.main(["--target", TINY, "--draft", heads, "--k", "2,auto", "--auto_k_max", "4",
+                      "--eager", "--repeats", "1", "--num_prompts", "1",
+                      "--max_new_tokens", "4"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert (f"--k auto (up to --auto_k_max 4 per round) is too long for --draft {heads}: "
+            f"this Medusa draft has 3 heads") in err, err
+    assert err.rstrip().endswith("; lower --k or --auto_k_max"), err
+
+
 def test_a_foreign_feature_draft_is_one_line_and_exit_2_at_the_command_line(tmp_path):
     import subprocess  # pylint: disable=import-outside-toplevel
     import sys  # pylint: disable=import-outside-toplevel

@@ -186,6 +186,28 @@ def test_a_k_beyond_the_medusa_heads_is_refused_in_prepare(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("k,message", [
+    ("auto", r"^--k auto drafts up to k = 4 tokens per round: this Medusa draft has 3 heads, "
+             r"so it drafts at most k = 3 tokens per round; got k = 4; use a fixed --k "
+             r"instead$"),
+    (4, r"^--k 4: this Medusa draft has 3 heads, .*; lower --k$"),
+    (3, None)])
+def test_the_draft_k_check_names_auto_when_auto_is_too_long(k, message):
+    """`--k auto` compiles for `AutoDraft().k_max` (4): three heads refuse it in words that
+    name auto, not a --k 4 the user never typed."""
+    from types import SimpleNamespace  # pylint: disable=import-outside-toplevel
+    from tfspec.models import MedusaConfig, MedusaHeads  # pylint: disable=import-outside-toplevel
+    from tfspec.testing import tiny_t5  # pylint: disable=import-outside-toplevel
+    target, _ = tiny_t5.enumerable_pair()
+    heads = MedusaHeads(MedusaConfig.for_target(target, heads=3, d_ff=8), seed=0)
+    spec = build_run_spec(dict(task="humaneval", limit=1, k=k, output_dir="unused"))
+    if message is None:
+        runner._check_draft_k(spec, SimpleNamespace(draft=heads))
+        return
+    with pytest.raises(UsageError, match=message):
+        runner._check_draft_k(spec, SimpleNamespace(draft=heads))
+
+
 def test_max_new_tokens_beyond_memory_is_refused_in_prepare(tmp_path):
     spec = build_run_spec(dict(task="humaneval", limit=1, max_new_tokens=10**9,
                                output_dir=str(tmp_path / "run")))
