@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tfspec
-from tfspec import adaptive, decoding
+from tfspec import adaptive, decoding, generation
 from tfspec.models import T5, T5Config
 from tfspec.testing.wrapped_model import WrappedModel
 
@@ -69,6 +69,35 @@ def test_greedy_auto_equals_greedy_autoregressive(models, auto, same_draft):
         assert gen.stats.acceptance_rate == 1.0
         if auto.confidence < 0.5:
             assert adaptive.controller(target, draft, GREEDY, auto).horizon == auto.k_max
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, tfspec.Sampling(temperature=1.0)],
+                         ids=["greedy", "t1"])
+def test_a_window_of_one_runs_the_fixed_k1_loop(models, sampling):
+    """At window 1 every row drafts one token a round whatever its horizon or confidence,
+    so auto runs fixed k = 1's loop (no second program for the same rounds): a later k = 1
+    call compiles nothing, greedy output is autoregressive's, and the controller learns
+    horizon 1 and the request's overlap as from an adaptive loop."""
+    target, draft = models
+    auto = adaptive.AutoDraft(k_max=1, confidence=0.5, fallback=False)
+    gen = tfspec.generate(target, PROMPTS, draft=draft, k=auto, max_new_tokens=12,
+                          sampling=sampling, eos_id=None)
+    loops = set(generation.compiled_loops(target))
+    fixed = tfspec.generate(target, PROMPTS, draft=draft, k=1, max_new_tokens=12,
+                            sampling=sampling, eos_id=None)
+    assert set(generation.compiled_loops(target)) == loops
+    assert gen.mode == adaptive.SPECULATIVE
+    np.testing.assert_array_equal(gen.stats.drafted, gen.stats.rounds)
+    if sampling is GREEDY:
+        ar = tfspec.generate(target, PROMPTS, max_new_tokens=12, sampling=GREEDY, eos_id=None)
+        np.testing.assert_array_equal(gen.tokens, ar.tokens)
+        np.testing.assert_array_equal(fixed.tokens, ar.tokens)
+    controller = adaptive.controller(target, draft, sampling, auto)
+    assert controller.horizon == 1
+    verified = float(np.sum(gen.stats.verified))
+    assert controller.overlap() == pytest.approx(
+        (float(np.sum(gen.stats.beta_sum)) + adaptive.PRIOR_OVERLAP * adaptive.PRIOR_POSITIONS)
+        / (verified + adaptive.PRIOR_POSITIONS))
 
 
 @pytest.mark.parametrize("eos_id", [None, 1], ids=["no-eos", "eos"])
