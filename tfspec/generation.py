@@ -399,10 +399,10 @@ def _generate(target, prompts, draft=None, k=4, max_new_tokens: int = 128,
         loop_k = controller.window()  # <= k_max: see `Controller.window`.
     # A window of 1 leaves nothing to adapt: a row's horizon lies in [1, window] and a
     # confidence stop comes after a draft, so every live row drafts exactly one token a
-    # round, as fixed k = 1 does. That loop skips the per-row horizon bookkeeping, which
-    # cost ~15% of a round and ~2 ms per request at window 1 (embedded pair, T = 1,
-    # `bench.speedup`: the same 166 rounds and 280 tokens as k = 1, 1.70 against 1.48 ms
-    # a round).
+    # round, as fixed k = 1 does. That loop skips the per-row horizon bookkeeping: auto
+    # without fallback took 1.043x fixed k = 1's time per request in the adaptive loop,
+    # 1.014x in this one (embedded pair, T = 1, the bench pool's 8 prompts, the same
+    # tokens, interleaved, 6 repeats).
     adaptive_loop = mode == adaptive_lib.SPECULATIVE and loop_k > 1
     config = decoding.LoopConfig(
         k=loop_k, max_new_tokens=int(max_new_tokens), sampling=sampling,
