@@ -11,7 +11,8 @@ Two levels, neither of which changes the output distribution:
   (1 + a + ... + a^h) / (1 + h c), within [1, the request's window]. The
   window is compiled; the verify is window + 1 wide (static shapes), but a T5 target on
   CPU multiplies only each row's first 1 + (its drafts) entries (`live_width`, see
-  `decoding.decode_loop`).
+  `decoding.decode_loop`). A window of 1 leaves nothing to adapt (every row drafts one
+  token a round), so it runs fixed k = 1's loop (`tfspec.generate`).
 * Across requests (here, in Python): a `Controller` per (target, draft, sampling, settings)
   chooses each speculative request's window (with `draft_cost` the formula's best draft
   length at the overlap its last requests measured, else k_max; `Controller.window`: a wide
