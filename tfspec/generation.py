@@ -165,6 +165,7 @@ def _loop_fn(target, draft, config: decoding.LoopConfig, jit_compile: bool, acce
     # Whether few-row products use tfspec.kernels, and from which panel variables (their
     # widths), is decided when the loop is traced.
     key = (config, jit_compile, accept_fn, draft_sample_fn, kernels.allowed(),
+           kernels.prompt_attention_allowed(),
            kernels.panel_layout(target), None if draft is None else kernels.panel_layout(draft),
            _vocabulary_key(draft), _adapter_key(draft), check_panels)
     if key not in table:

@@ -467,6 +467,74 @@ def amx_matmul(x: tf.Tensor, kernel_panels: tf.Tensor, k_dim: int, n_dim: int) -
     return tf.reshape(y, list(leading) + [n_dim])
 
 
+PROMPT_ATTENTION_TARGET_NAME = "tfspec_prompt_attention_f32"
+
+_prompt_attention_allowed = True
+
+
+def prompt_attention_allowed() -> bool:
+    """False inside `fused_prompt_attention(False)`."""
+    return _prompt_attention_allowed
+
+
+@contextlib.contextmanager
+def fused_prompt_attention(value: bool):
+    """Within the block, programs traced for the first time run their encoders'
+    self-attention through `prompt_attention` only if `value` (process-wide;
+    `tfspec.generate` caches its compiled loops per setting, so a benchmark can time both
+    in one run on one model)."""
+    global _prompt_attention_allowed
+    previous, _prompt_attention_allowed = _prompt_attention_allowed, bool(value)
+    try:
+        yield
+    finally:
+        _prompt_attention_allowed = previous
+
+
+def prompt_attention_available() -> bool:
+    """Whether the program being traced may run an encoder's self-attention through
+    `prompt_attention`: `enabled()`, a CPU with AVX-512, and not `fused_prompt_attention(False)`."""
+    return (_prompt_attention_allowed and enabled()
+            and bool(_library.tfspec_prompt_attention_available()))
+
+
+def prompt_attention(qkv: tf.Tensor, offset_bias: tf.Tensor, lengths: tf.Tensor,
+                     num_heads: int, d_kv: int) -> tf.Tensor:
+    """An encoder's self-attention over left-aligned prompts, fused per batch row and head
+    (`tfspec_prompt_attention_f32` in rows_matmul.cc).
+
+    out[b, i] = softmax_j(q_i . k_j + bias[j - i]) @ v over the row's valid keys
+    j < lengths[b], for i < lengths[b]; 0 at padded positions. The [S, S] scores never reach
+    memory, and padding costs nothing. float32 attention (exp within 2 ulp), not XLA's
+    bit for bit; a row's result depends on its own prompt alone (not on its companions or
+    the bucket).
+
+    Args:
+      qkv: float32 [B, S, 3 * H * d_kv] (static shape): queries | keys | values, each
+        head-major (h * d_kv + d), as one fused projection writes them.
+      offset_bias: float32 [H, 2S - 1]: the position bias of key - query offset o at
+        o + S - 1.
+      lengths: int32 [B] valid positions per row (>= 1).
+      num_heads: H.
+      d_kv: a multiple of 16.
+
+    Returns:
+      float32 [B, S, H * d_kv], heads merged.
+
+    Only inside an XLA-compiled function on CPU, with `prompt_attention_available()` True.
+    """
+    batch, width = qkv.shape[0], qkv.shape[1]
+    if d_kv % 16 or qkv.shape[2] != 3 * num_heads * d_kv:
+        raise ValueError(f"prompt_attention needs [B, S, 3 x {num_heads} x d_kv] with d_kv a "
+                         f"multiple of 16, got {qkv.shape} and d_kv {d_kv}")
+    operands = [tf.cast(qkv, tf.float32), tf.cast(offset_bias, tf.float32),
+                tf.cast(lengths, tf.int32)]
+    (out,) = _custom_call(operands, PROMPT_ATTENTION_TARGET_NAME,
+                          f"{batch},{width},{num_heads},{d_kv}", False, [tf.float32],
+                          [[batch, width, num_heads * d_kv]])
+    return out
+
+
 def _custom_call(*args):
     # TensorFlow's XlaCustomCallV2 op (API_VERSION_STATUS_RETURNING_UNIFIED); imported here
     # so that importing tfspec does not load the XLA op wrappers.

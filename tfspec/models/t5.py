@@ -408,6 +408,24 @@ class T5(keras.Model):
             max_distance=self._config.relative_attention_max_distance)
         return bias[None]
 
+    def _encoder_offset_bias(self, width: int) -> tf.Tensor:
+        """float32 [H, 2S - 1]: the bidirectional bias of key - query offset o at o + S - 1
+        (S = `width`), what `kernels.prompt_attention` reads instead of `_encoder_bias`'s
+        [1, H, S, S]."""
+        offsets = tf.range(1 - width, width)[None, :]  # [1, 2S - 1]
+        bias = self.encoder_blocks[0].self_attention.position_bias(
+            offsets, bidirectional=True,
+            max_distance=self._config.relative_attention_max_distance)  # [H, 1, 2S - 1]
+        return bias[:, 0, :]
+
+    def _prompt_attention_applies(self, encoder_ids: tf.Tensor) -> bool:
+        """Whether a compiled decode program's encoder runs its self-attention through
+        `kernels.prompt_attention`: a static [B, S], a float32 model with d_kv a multiple of
+        16, in a program where the kernel can run."""
+        attention = self.encoder_blocks[0].self_attention
+        return (encoder_ids.shape.is_fully_defined() and self.compute_dtype == "float32"
+                and attention.d_kv % 16 == 0 and kernels.prompt_attention_available())
+
     def _decoder_bias(self, query_positions: tf.Tensor, key_length) -> tf.Tensor:
         """Per-row unidirectional bias and causal-by-position mask.
 
@@ -590,29 +608,46 @@ class T5(keras.Model):
             encoder_mask = tf.ones_like(encoder_ids, tf.bool)
         else:
             encoder_mask = tf.sequence_mask(tf.cast(encoder_lengths, tf.int32), length)
-        # [B, H, S, S]: the relative position bias, and the score of padded keys.
-        masked_bias = mask_into_bias(self._encoder_bias(length), encoder_mask[:, None, None, :])
         compute = self.compute_dtype
+        fused = for_decode and self._prompt_attention_applies(encoder_ids)
+        if fused:
+            # [H, 2S - 1]: the bias of every key - query offset; padded keys are the
+            # kernel's to skip (`kernels.prompt_attention`).
+            offset_bias = self._encoder_offset_bias(int(encoder_ids.shape[1]))
+            valid = (tf.cast(encoder_lengths, tf.int32) if encoder_lengths is not None
+                     else tf.fill([tf.shape(encoder_ids)[0]], length))
+        else:
+            # [B, H, S, S]: the relative position bias, and the score of padded keys.
+            masked_bias = mask_into_bias(self._encoder_bias(length),
+                                         encoder_mask[:, None, None, :])
         layer_panels = self._amx_panels()[0] if for_decode and _amx_applies(encoder_ids) else None
         x = self._embed(encoder_ids)
         for i, block in enumerate(self.encoder_blocks):
             amx = layer_panels[i] if layer_panels is not None else T5EncoderPanels(
                 None, None, None, None)
             attention, ffn = block.self_attention, block.ffn
+            heads_width = attention.num_heads * attention.d_kv
             h = block.self_attention_norm.normalize(x, compute)
             if amx.self_qkv is not None:
-                query, keys, values = (attention.split_heads(y) for y in tf.split(
-                    _amx_product(h, amx.self_qkv, 3 * attention.num_heads * attention.d_kv),
-                    3, axis=-1))
+                qkv = _amx_product(h, amx.self_qkv, 3 * heads_width)
+            elif fused:
+                qkv = attention.project_qkv(h)
+            if fused:  # heads merged, [B, S, H * d_kv]
+                merged = kernels.prompt_attention(qkv, offset_bias, valid, attention.num_heads,
+                                                  attention.d_kv)
             else:
-                query = attention.query(h)
-                keys, values = attention.keys_values(h)
-            heads = attend_with_masked_bias(query, keys, values, masked_bias)
+                if amx.self_qkv is not None:
+                    query, keys, values = (attention.split_heads(y)
+                                           for y in tf.split(qkv, 3, axis=-1))
+                else:
+                    query = attention.query(h)
+                    keys, values = attention.keys_values(h)
+                merged = attention.merge_heads(
+                    attend_with_masked_bias(query, keys, values, masked_bias))
             if amx.self_out is not None:
-                x = x + _amx_product(attention.merge_heads(heads), amx.self_out,
-                                     self._config.d_model)
+                x = x + _amx_product(merged, amx.self_out, self._config.d_model)
             else:
-                x = x + tf.cast(attention.project_output(heads), tf.float32)
+                x = x + tf.cast(attention.project_merged(merged), tf.float32)
             h = block.ffn_norm.normalize(x, compute)
             if amx.ffn_in is not None and amx.ffn_out is not None:
                 hidden = ffn.hidden(_amx_product(h, amx.ffn_in, ffn.input_kernel_width))

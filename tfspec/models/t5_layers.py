@@ -280,7 +280,16 @@ class T5Attention(keras.layers.Layer):
 
     def project_output(self, heads: tf.Tensor) -> tf.Tensor:
         """[B, H, T, d_kv] -> [B, T, D]."""
-        return tf.einsum("btk,kd->btd", self.merge_heads(heads), tf.cast(self.o, heads.dtype))
+        return self.project_merged(self.merge_heads(heads))
+
+    def project_merged(self, merged: tf.Tensor) -> tf.Tensor:
+        """Heads merged, [B, T, H * d_kv] -> [B, T, D]."""
+        return tf.einsum("btk,kd->btd", merged, tf.cast(self.o, merged.dtype))
+
+    def project_qkv(self, x: tf.Tensor) -> tf.Tensor:
+        """[B, T, D] -> queries | keys | values side by side, [B, T, 3 * H * d_kv]."""
+        kernel = tf.concat([self.q, self.k, self.v], axis=1)
+        return tf.einsum("btd,dk->btk", x, tf.cast(kernel, x.dtype))
 
     def position_bias(self, relative_position: tf.Tensor, bidirectional: bool,
                       max_distance: int) -> tf.Tensor:
