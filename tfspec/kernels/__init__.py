@@ -492,9 +492,10 @@ def fused_prompt_attention(value: bool):
 
 
 def prompt_attention_available() -> bool:
-    """Whether the program being traced may run an encoder's self-attention through
-    `prompt_attention`: `enabled()`, a CPU with AVX-512, and not `fused_prompt_attention(False)`."""
-    return (_prompt_attention_allowed and enabled()
+    """Whether encoders' self-attention may run through `prompt_attention` here: the kernel
+    is loaded, the CPU has AVX-512, and `fused_prompt_attention(False)` is not in force
+    (a program must also be `enabled()` for it)."""
+    return (_prompt_attention_allowed and _load()
             and bool(_library.tfspec_prompt_attention_available()))
 
 
@@ -516,17 +517,18 @@ def prompt_attention(qkv: tf.Tensor, offset_bias: tf.Tensor, lengths: tf.Tensor,
         o + S - 1.
       lengths: int32 [B] valid positions per row (>= 1).
       num_heads: H.
-      d_kv: a multiple of 16.
+      d_kv: the width of a head.
 
     Returns:
       float32 [B, S, H * d_kv], heads merged.
 
-    Only inside an XLA-compiled function on CPU, with `prompt_attention_available()` True.
+    Only inside an XLA-compiled function on CPU (`enabled()`), with
+    `prompt_attention_available()` True.
     """
     batch, width = qkv.shape[0], qkv.shape[1]
-    if d_kv % 16 or qkv.shape[2] != 3 * num_heads * d_kv:
-        raise ValueError(f"prompt_attention needs [B, S, 3 x {num_heads} x d_kv] with d_kv a "
-                         f"multiple of 16, got {qkv.shape} and d_kv {d_kv}")
+    if qkv.shape[2] != 3 * num_heads * d_kv:
+        raise ValueError(f"prompt_attention needs qkv [B, S, 3 x {num_heads} x {d_kv}], got "
+                         f"{qkv.shape}")
     operands = [tf.cast(qkv, tf.float32), tf.cast(offset_bias, tf.float32),
                 tf.cast(lengths, tf.int32)]
     (out,) = _custom_call(operands, PROMPT_ATTENTION_TARGET_NAME,

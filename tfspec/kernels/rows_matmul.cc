@@ -1098,8 +1098,8 @@ extern "C" int tfspec_amx_available() { return kHasAmx ? 1 : 0; }
 //
 // qkv float32 [B, S, 3, H, D] (q | k | v side by side, head-major, as the fused
 // projection writes them), offset_bias float32 [H, 2S - 1] (the bias of key - query offset
-// o at o + S - 1), lengths int32 [B]; out float32 [B, S, H, D]. Opaque "B,S,H,D", D a
-// multiple of 16. AVX-512 only (tfspec_prompt_attention_available).
+// o at o + S - 1), lengths int32 [B]; out float32 [B, S, H, D]. Opaque "B,S,H,D". AVX-512
+// only (tfspec_prompt_attention_available).
 
 namespace {
 
@@ -1110,7 +1110,7 @@ struct AttentionDims {
 bool ParseAttentionDims(const char* opaque, size_t len, AttentionDims* a) {
   std::string s(opaque, len);
   return sscanf(s.c_str(), "%ld,%ld,%ld,%ld", &a->b, &a->s, &a->h, &a->d) == 4 &&
-         a->b > 0 && a->s > 0 && a->h > 0 && a->d > 0 && a->d % 16 == 0;
+         a->b > 0 && a->s > 0 && a->h > 0 && a->d > 0;
 }
 
 constexpr int kQueryRows = 8;   // query rows whose scores are computed together
@@ -1140,7 +1140,7 @@ __attribute__((target("avx512f"))) inline __m512 ExpNonPositive(__m512 x) {
   return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
-// Lanes of key chunk [j0, j0 + 16) below `length`.
+// Lanes of chunk [j0, j0 + 16) below `length` (keys of a row, or columns of a head).
 inline __mmask16 KeyMask(long j0, long length) {
   const long valid = length - j0;
   return valid >= 16 ? static_cast<__mmask16>(0xFFFF)
@@ -1225,7 +1225,10 @@ __attribute__((target("avx512f"))) void PromptAttentionHead(const float* qkv,
     for (int r0 = 0; r0 < rows; r0 += kValueRows) {
       const int value_rows = rows - r0 < kValueRows ? rows - r0 : kValueRows;
       for (long c0 = 0; c0 < a.d; c0 += 64) {
-        const int chunks = a.d - c0 >= 64 ? 4 : static_cast<int>((a.d - c0) / 16);
+        // 16-column chunks of this pass; the last of a D that is not a multiple of 16
+        // loads and stores only its `tail` lanes.
+        const int chunks = a.d - c0 >= 64 ? 4 : static_cast<int>((a.d - c0 + 15) / 16);
+        const __mmask16 tail = KeyMask(c0 + 16 * (chunks - 1), a.d);
         __m512 acc[kValueRows][4];
 #pragma GCC unroll 4
         for (int r = 0; r < kValueRows; ++r) {
@@ -1236,7 +1239,11 @@ __attribute__((target("avx512f"))) void PromptAttentionHead(const float* qkv,
           const float* vj = v + j * in_row + c0;
           __m512 vs[4];
 #pragma GCC unroll 4
-          for (int c = 0; c < 4; ++c) vs[c] = c < chunks ? _mm512_loadu_ps(vj + 16 * c) : _mm512_setzero_ps();
+          for (int c = 0; c < 4; ++c) {
+            vs[c] = c < chunks - 1   ? _mm512_loadu_ps(vj + 16 * c)
+                    : c == chunks - 1 ? _mm512_maskz_loadu_ps(tail, vj + 16 * c)
+                                      : _mm512_setzero_ps();
+          }
 #pragma GCC unroll 4
           for (int r = 0; r < kValueRows; ++r) {
             const __m512 wb = _mm512_set1_ps(weights[(r0 + (r < value_rows ? r : 0)) * lp + j]);
@@ -1248,7 +1255,8 @@ __attribute__((target("avx512f"))) void PromptAttentionHead(const float* qkv,
           const __m512 total = _mm512_set1_ps(totals[r0 + r]);
           float* dst = o + (i0 + r0 + r) * out_row + c0;
           for (int c = 0; c < chunks; ++c) {
-            _mm512_storeu_ps(dst + 16 * c, _mm512_div_ps(acc[r][c], total));
+            _mm512_mask_storeu_ps(dst + 16 * c, c < chunks - 1 ? 0xFFFF : tail,
+                                  _mm512_div_ps(acc[r][c], total));
           }
         }
       }

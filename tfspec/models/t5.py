@@ -420,11 +420,10 @@ class T5(keras.Model):
 
     def _prompt_attention_applies(self, encoder_ids: tf.Tensor) -> bool:
         """Whether a compiled decode program's encoder runs its self-attention through
-        `kernels.prompt_attention`: a static [B, S], a float32 model with d_kv a multiple of
-        16, in a program where the kernel can run."""
-        attention = self.encoder_blocks[0].self_attention
+        `kernels.prompt_attention`: a static [B, S], a float32 model, in a program where the
+        kernel can run."""
         return (encoder_ids.shape.is_fully_defined() and self.compute_dtype == "float32"
-                and attention.d_kv % 16 == 0 and kernels.prompt_attention_available())
+                and kernels.enabled() and kernels.prompt_attention_available())
 
     def _decoder_bias(self, query_positions: tf.Tensor, key_length) -> tf.Tensor:
         """Per-row unidirectional bias and causal-by-position mask.
