@@ -594,12 +594,14 @@ class T5(keras.Model):
           encoder_ids: int32 [B, S], left-aligned, padded.
           encoder_lengths: int32 [B] valid tokens per row (>= 1); None means all S.
           for_decode: the encoder of a compiled decode program (`prepare`): its products
-            run on AMX where this model has AMX panels (`T5EncoderPanels`). Never for
-            training: the custom call has no gradient.
+            run on AMX where this model has AMX panels (`T5EncoderPanels`), and its
+            self-attention through `kernels.prompt_attention` where that can run (AVX-512).
+            Never for training: the custom calls have no gradient.
 
         Returns:
           (states [B, S, D] in the compute dtype after the final norm (padded positions hold
-          unused values), encoder_mask bool [B, S]).
+          unused values, which differ between the fused attention and XLA's), encoder_mask
+          bool [B, S]).
         """
         encoder_ids = tf.convert_to_tensor(encoder_ids, tf.int32)
         length = tf.shape(encoder_ids)[1]
