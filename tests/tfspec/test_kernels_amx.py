@@ -68,6 +68,29 @@ def test_amx_rows_do_not_depend_on_their_companions(rows, k_dim, n_dim):
                                   np.concatenate([together, together]))
 
 
+# (width, lengths): padding that fills whole 32-row blocks, one row tile of a block, less
+# than a tile, none, and prompts that share a block (width not a multiple of 32).
+LENGTH_CASES = [(96, [5, 96, 33, 17]), (24, [24, 3, 1]), (384, [309, 268])]
+
+
+@pytest.mark.parametrize("width,lengths", LENGTH_CASES)
+def test_amx_matmul_with_lengths_zeroes_the_padding_and_keeps_every_valid_row(width,
+                                                                             lengths):
+    """With prompt lengths, the rows past each prompt's length are 0 (most never
+    multiplied), and every valid row is the bits of the call without lengths."""
+    k_dim, n_dim = 64, 40
+    x, kernel = _problem(len(lengths) * width, k_dim, n_dim, seed=3)
+    x = x.reshape(len(lengths), width, k_dim)
+    panels = kernels.amx_panels(tf.constant(kernel))
+    fn = tf.function(lambda a, p, n: kernels.amx_matmul(a, p, k_dim, n_dim, n),
+                     jit_compile=True, autograph=False)
+    got = fn(tf.constant(x), panels, tf.constant(lengths, tf.int32)).numpy()
+    full = _amx_matmul(x.reshape(-1, k_dim), kernel).reshape(len(lengths), width, n_dim)
+    for row, length in enumerate(lengths):
+        np.testing.assert_array_equal(got[row, :length], full[row, :length])
+        assert not np.any(got[row, length:])
+
+
 def test_amx_panels_layout():
     """Panel p holds columns 16p..16p+15, the two rows of each k pair side by side."""
     kernel = np.arange(3 * 20, dtype=np.float32).reshape(3, 20)

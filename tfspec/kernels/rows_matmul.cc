@@ -1025,7 +1025,19 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) void AmxBlock(
   _tile_release();
 }
 
-void AmxMatmul(const float* x, const uint16_t* w_panels, float* y, const Dims& d) {
+// The rows of block [r0, r0 + rows) up to its last valid one: with `lengths`, row r is
+// position r % width of prompt r / width, valid below that prompt's length (padding past
+// it is computed by nobody and written as 0); without, every row.
+long LiveBlockRows(long r0, long rows, const int32_t* lengths, long width) {
+  if (lengths == nullptr) return rows;
+  for (long r = r0 + rows - 1; r >= r0; --r) {
+    if (r % width < static_cast<long>(lengths[r / width])) return r - r0 + 1;
+  }
+  return 0;
+}
+
+void AmxMatmul(const float* x, const uint16_t* w_panels, float* y, const Dims& d,
+               const int32_t* lengths = nullptr, long width = 0) {
   const long kp = (d.k + kAmxDepth - 1) / kAmxDepth * kAmxDepth;
   const long tiles = (d.n + kAmxRows - 1) / kAmxRows;
   const long blocks = (d.m + kAmxBlockRows - 1) / kAmxBlockRows;
@@ -1048,10 +1060,24 @@ void AmxMatmul(const float* x, const uint16_t* w_panels, float* y, const Dims& d
     if (t_begin >= t_end) return;
     const long r0 = block * kAmxBlockRows;
     const long rows = d.m - r0 < kAmxBlockRows ? d.m - r0 : kAmxBlockRows;
-    thread_local std::vector<uint16_t> parts;
-    parts.resize(3 * kAmxBlockRows * kp);
-    SplitRows(x + r0 * d.k, rows, d.k, kp, parts.data());
-    AmxBlock(parts.data(), rows, kp, w_panels, y + r0 * d.n, d.n, t_begin, t_end);
+    // Padded rows at the end of the block (a prompt's padding) are not multiplied: a
+    // block of padding is skipped, and one valid to row 16 or less uses one row tile.
+    const long live = LiveBlockRows(r0, rows, lengths, width);
+    if (live > 0) {
+      thread_local std::vector<uint16_t> parts;
+      parts.resize(3 * kAmxBlockRows * kp);
+      SplitRows(x + r0 * d.k, live, d.k, kp, parts.data());
+      AmxBlock(parts.data(), live, kp, w_panels, y + r0 * d.n, d.n, t_begin, t_end);
+    }
+    // Every padded row reads 0, also one computed before a block's last valid row.
+    const long c_begin = t_begin * kAmxRows;
+    const long c_end = t_end * kAmxRows < d.n ? t_end * kAmxRows : d.n;
+    for (long r = r0; r < r0 + rows; ++r) {
+      if (r < r0 + live && (lengths == nullptr || r % width < static_cast<long>(lengths[r / width]))) {
+        continue;
+      }
+      std::memset(y + r * d.n + c_begin, 0, sizeof(float) * (c_end - c_begin));
+    }
   };
   const long jobs = blocks * groups;
   if (threads > 1 && jobs > 1 && pool.TryRun(jobs, job)) return;
@@ -1062,13 +1088,27 @@ void AmxMatmul(const float* x, const uint16_t* w_panels, float* y, const Dims& d
 
 // x float32 [M, K] . AMX panels of a bfloat16-exact [K, N] -> float32 [M, N] (opaque
 // "M,K,N"). Only registered where AMX runs (tfspec_amx_available).
+//
+// Opaque "M,K,N,S" with a third operand, int32 lengths [M / S]: the rows are M / S prompts of
+// S positions, and the rows past each prompt's length come out 0 (not multiplied where a
+// whole row tile or block is padding).
 extern "C" void tfspec_amx_matmul(void* out, const void** in, const char* opaque,
                                   size_t opaque_len, XlaCustomCallStatus_* status) {
   (void)status;
   Dims d;
   if (!ParseDims(opaque, opaque_len, &d)) return;
+  long width = 0;
+  {
+    std::string s(opaque, opaque_len);
+    long m, k, n;
+    if (sscanf(s.c_str(), "%ld,%ld,%ld,%ld", &m, &k, &n, &width) != 4 || width <= 0 ||
+        d.m % width != 0) {
+      width = 0;
+    }
+  }
   AmxMatmul(static_cast<const float*>(in[0]), static_cast<const uint16_t*>(in[1]),
-            static_cast<float*>(out), d);
+            static_cast<float*>(out), d,
+            width > 0 ? static_cast<const int32_t*>(in[2]) : nullptr, width);
 }
 
 // 1 where this CPU has AMX-TILE and AMX-BF16 and the OS let this process use them, else 0.

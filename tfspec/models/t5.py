@@ -106,9 +106,12 @@ def _amx_applies(x: tf.Tensor) -> bool:
             and int(shape[0]) * int(shape[1]) >= kernels.AMX_MIN_ROWS)
 
 
-def _amx_product(x: tf.Tensor, kernel_panels: tf.Tensor, columns: int) -> tf.Tensor:
-    """float32 [B, S, K] (static shape) @ the kernel of AMX panels -> float32 [B, S, N]."""
-    return kernels.amx_matmul(x, kernel_panels, x.shape[-1], columns)
+def _amx_product(x: tf.Tensor, kernel_panels: tf.Tensor, columns: int,
+                 lengths: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """float32 [B, S, K] (static shape) @ the kernel of AMX panels -> float32 [B, S, N];
+    with `lengths` (int32 [B]) the positions past each row's length are 0 and mostly not
+    multiplied (`kernels.amx_matmul`)."""
+    return kernels.amx_matmul(x, kernel_panels, x.shape[-1], columns, lengths)
 
 
 def _kernel_applies(x: tf.Tensor) -> bool:
@@ -611,12 +614,14 @@ class T5(keras.Model):
             encoder_mask = tf.sequence_mask(tf.cast(encoder_lengths, tf.int32), length)
         compute = self.compute_dtype
         fused = for_decode and self._prompt_attention_applies(encoder_ids)
+        # int32 [B]: each row's valid positions, for the kernels that skip the padding (its
+        # states are unused, and come out of them as 0).
+        valid = (tf.cast(encoder_lengths, tf.int32) if encoder_lengths is not None
+                 else tf.fill([tf.shape(encoder_ids)[0]], length))
         if fused:
             # [H, 2S - 1]: the bias of every key - query offset; padded keys are the
             # kernel's to skip (`kernels.prompt_attention`).
             offset_bias = self._encoder_offset_bias(int(encoder_ids.shape[1]))
-            valid = (tf.cast(encoder_lengths, tf.int32) if encoder_lengths is not None
-                     else tf.fill([tf.shape(encoder_ids)[0]], length))
         else:
             # [B, H, S, S]: the relative position bias, and the score of padded keys.
             masked_bias = mask_into_bias(self._encoder_bias(length),
@@ -630,7 +635,7 @@ class T5(keras.Model):
             heads_width = attention.num_heads * attention.d_kv
             h = block.self_attention_norm.normalize(x, compute)
             if amx.self_qkv is not None:
-                qkv = _amx_product(h, amx.self_qkv, 3 * heads_width)
+                qkv = _amx_product(h, amx.self_qkv, 3 * heads_width, valid)
             elif fused:
                 qkv = attention.project_qkv(h)
             if fused:  # heads merged, [B, S, H * d_kv]
@@ -646,13 +651,13 @@ class T5(keras.Model):
                 merged = attention.merge_heads(
                     attend_with_masked_bias(query, keys, values, masked_bias))
             if amx.self_out is not None:
-                x = x + _amx_product(merged, amx.self_out, self._config.d_model)
+                x = x + _amx_product(merged, amx.self_out, self._config.d_model, valid)
             else:
                 x = x + tf.cast(attention.project_merged(merged), tf.float32)
             h = block.ffn_norm.normalize(x, compute)
             if amx.ffn_in is not None and amx.ffn_out is not None:
-                hidden = ffn.hidden(_amx_product(h, amx.ffn_in, ffn.input_kernel_width))
-                x = x + _amx_product(hidden, amx.ffn_out, self._config.d_model)
+                hidden = ffn.hidden(_amx_product(h, amx.ffn_in, ffn.input_kernel_width, valid))
+                x = x + _amx_product(hidden, amx.ffn_out, self._config.d_model, valid)
             else:
                 x = x + tf.cast(ffn.transform(h), tf.float32)
         return self.encoder_final_norm.normalize(x, compute), encoder_mask
@@ -666,6 +671,7 @@ class T5(keras.Model):
         """
         cross_panels = (self._amx_panels()[1] if for_decode and _amx_applies(encoder_states)
                         else (None,) * len(self.decoder_blocks))
+        valid = tf.reduce_sum(tf.cast(encoder_mask, tf.int32), axis=1)  # [B], left-aligned
         pairs = []
         for block, panels in zip(self.decoder_blocks, cross_panels):
             cross = block.cross_attention
@@ -673,7 +679,8 @@ class T5(keras.Model):
                 pairs.append(cross.keys_values(encoder_states))
             else:  # k | v side by side: one AMX product per layer.
                 keys, values = tf.split(
-                    _amx_product(encoder_states, panels, 2 * cross.num_heads * cross.d_kv),
+                    _amx_product(encoder_states, panels, 2 * cross.num_heads * cross.d_kv,
+                                 valid),
                     2, axis=-1)
                 pairs.append((cross.split_heads(keys), cross.split_heads(values)))
         context = T5Context(tuple(k for k, _ in pairs), tuple(v for _, v in pairs),
