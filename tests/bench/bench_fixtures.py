@@ -79,3 +79,20 @@ def assert_fails_in_one_line(module: str, *args: str, expect=("error:",)) -> Non
     assert "Traceback" not in result.stderr
     for text in expect:
         assert text in result.stderr, result.stderr
+
+
+def assert_side_by_side_records(records, modes) -> None:
+    """`bench.side_by_side` records, one per "<k>@<batch>" of `modes` at temperature 0:
+    tokens decoded, finite positive times, and the fixed time saved is their difference."""
+    import math  # pylint: disable=import-outside-toplevel
+
+    import pytest  # pylint: disable=import-outside-toplevel
+
+    assert [(r["mode"], r["temperature"]) for r in records] == [(m, 0.0) for m in modes]
+    for record in records:
+        assert record["tokens"] > 0 and isinstance(record["same_tokens"], bool)
+        for key in ("ms_per_request", "xla_ms_per_request", "speedup", "fixed_ms",
+                    "xla_fixed_ms"):
+            assert math.isfinite(record[key]) and record[key] > 0, key
+        assert record["fixed_saved_ms"] == pytest.approx(
+            record["xla_fixed_ms"] - record["fixed_ms"])

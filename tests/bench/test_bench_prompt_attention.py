@@ -1,12 +1,11 @@
 """bench.prompt_attention on tiny random models."""
 
-import math
-
 import pytest
 
 from bench import models as bench_models
 from bench import prompt_attention
-from tests.bench.bench_fixtures import TINY, TINY_DRAFT, assert_usage_error
+from tests.bench.bench_fixtures import (TINY, TINY_DRAFT, assert_side_by_side_records,
+                                         assert_usage_error)
 from tfspec import generation, kernels
 
 needs_kernel = pytest.mark.skipif(not kernels.prompt_attention_available(),
@@ -19,14 +18,7 @@ def test_one_record_per_mode_comparing_xla_attention():
     pool = bench_models.prompts(TINY, pair[0], num_prompts=2, prompt_length=20)
     records = prompt_attention.run(pair, pool, [(0, 1), (2, 2)], [0.0], max_new_tokens=6,
                                    repeats=1)
-    assert [(r["mode"], r["temperature"]) for r in records] == [("0@1", 0.0), ("2@2", 0.0)]
-    for record in records:
-        assert record["tokens"] > 0 and isinstance(record["same_tokens"], bool)
-        for key in ("ms_per_request", "xla_ms_per_request", "speedup", "fixed_ms",
-                    "xla_fixed_ms"):
-            assert math.isfinite(record[key]) and record[key] > 0, key
-        assert record["fixed_saved_ms"] == pytest.approx(
-            record["xla_fixed_ms"] - record["fixed_ms"])
+    assert_side_by_side_records(records, ["0@1", "2@2"])
     # Both settings were compiled and timed: one loop per (mode, setting) at each shape.
     assert len(generation.compiled_loops(pair[0])) >= 4
 
