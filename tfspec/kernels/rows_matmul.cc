@@ -1205,19 +1205,22 @@ __attribute__((target("avx512f"))) void PromptAttentionHead(const float* qkv,
   // Keys transposed, [D, Lp], zero past `length`: a score block reads 32 keys' d-th
   // components as two contiguous registers.
   const long lp = (length + kKeyChunk - 1) / kKeyChunk * kKeyChunk;
-  thread_local std::vector<float> keys_t, weights;
+  thread_local std::vector<float> keys_t, weights, queries;
   keys_t.assign(a.d * lp, 0.0f);
   for (long j = 0; j < length; ++j) {
     for (long d = 0; d < a.d; ++d) keys_t[d * lp + j] = k[j * in_row + d];
   }
   weights.resize(kQueryRows * lp);
+  queries.resize(kQueryRows * a.d);
   const float* bias = offset_bias + h * (2 * a.s - 1) + (a.s - 1);  // bias[o] for o = j - i
   const __m512 masked = _mm512_set1_ps(-3.0e38f);
   for (long i0 = 0; i0 < length; i0 += kQueryRows) {
     const int rows = length - i0 < kQueryRows ? static_cast<int>(length - i0) : kQueryRows;
-    const float* q_rows[kQueryRows];
+    // The block's queries interleaved, [D, 8]: the broadcasts of one d read one line
+    // from one base register (8 row pointers did not stay in registers).
     for (int r = 0; r < kQueryRows; ++r) {  // rows past `length` repeat the last (unused)
-      q_rows[r] = q + (i0 + r < length ? i0 + r : length - 1) * in_row;
+      const float* q_row = q + (i0 + r < length ? i0 + r : length - 1) * in_row;
+      for (long d = 0; d < a.d; ++d) queries[d * kQueryRows + r] = q_row[d];
     }
     // Scores plus bias, masked past `length`, into weights[r, :].
     for (long j0 = 0; j0 < lp; j0 += kKeyChunk) {
@@ -1227,9 +1230,10 @@ __attribute__((target("avx512f"))) void PromptAttentionHead(const float* qkv,
       for (long d = 0; d < a.d; ++d) {
         const __m512 k0 = _mm512_loadu_ps(&keys_t[d * lp + j0]);
         const __m512 k1 = _mm512_loadu_ps(&keys_t[d * lp + j0 + 16]);
+        const float* q_d = &queries[d * kQueryRows];
 #pragma GCC unroll 8
         for (int r = 0; r < kQueryRows; ++r) {
-          const __m512 qb = _mm512_set1_ps(q_rows[r][d]);
+          const __m512 qb = _mm512_set1_ps(q_d[r]);
           acc[r][0] = _mm512_fmadd_ps(qb, k0, acc[r][0]);
           acc[r][1] = _mm512_fmadd_ps(qb, k1, acc[r][1]);
         }
@@ -1261,42 +1265,43 @@ __attribute__((target("avx512f"))) void PromptAttentionHead(const float* qkv,
       totals[r] = _mm512_reduce_add_ps(sum);
     }
     // out[i, c .. c + 16) = sum_j w[r, j] v_j[c .. c + 16) / total, 4 rows x 64 columns
-    // (4 x 4 accumulators) per pass.
+    // (4 x 4 accumulators) per pass. No branch inside the j loop (a runtime chunk count
+    // there kept the accumulators on the stack): absent chunks load 0 under a zero mask,
+    // absent rows repeat the pass's first.
     for (int r0 = 0; r0 < rows; r0 += kValueRows) {
       const int value_rows = rows - r0 < kValueRows ? rows - r0 : kValueRows;
+      const float* w_rows[kValueRows];
+      for (int r = 0; r < kValueRows; ++r) w_rows[r] = &weights[(r0 + (r < value_rows ? r : 0)) * lp];
       for (long c0 = 0; c0 < a.d; c0 += 64) {
-        // 16-column chunks of this pass; the last of a D that is not a multiple of 16
-        // loads and stores only its `tail` lanes.
-        const int chunks = a.d - c0 >= 64 ? 4 : static_cast<int>((a.d - c0 + 15) / 16);
-        const __mmask16 tail = KeyMask(c0 + 16 * (chunks - 1), a.d);
+        __mmask16 masks[4];
+        for (int c = 0; c < 4; ++c) masks[c] = KeyMask(c0 + 16 * c, a.d);
+        const __mmask16 m0 = masks[0], m1 = masks[1], m2 = masks[2], m3 = masks[3];
         __m512 acc[kValueRows][4];
 #pragma GCC unroll 4
         for (int r = 0; r < kValueRows; ++r) {
 #pragma GCC unroll 4
           for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
         }
-        for (long j = 0; j < length; ++j) {
-          const float* vj = v + j * in_row + c0;
-          __m512 vs[4];
-#pragma GCC unroll 4
-          for (int c = 0; c < 4; ++c) {
-            vs[c] = c < chunks - 1   ? _mm512_loadu_ps(vj + 16 * c)
-                    : c == chunks - 1 ? _mm512_maskz_loadu_ps(tail, vj + 16 * c)
-                                      : _mm512_setzero_ps();
-          }
+        const float* vj = v + c0;
+        for (long j = 0; j < length; ++j, vj += in_row) {
+          const __m512 v0 = _mm512_maskz_loadu_ps(m0, vj);
+          const __m512 v1 = _mm512_maskz_loadu_ps(m1, vj + 16);
+          const __m512 v2 = _mm512_maskz_loadu_ps(m2, vj + 32);
+          const __m512 v3 = _mm512_maskz_loadu_ps(m3, vj + 48);
 #pragma GCC unroll 4
           for (int r = 0; r < kValueRows; ++r) {
-            const __m512 wb = _mm512_set1_ps(weights[(r0 + (r < value_rows ? r : 0)) * lp + j]);
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_fmadd_ps(wb, vs[c], acc[r][c]);
+            const __m512 wb = _mm512_set1_ps(w_rows[r][j]);
+            acc[r][0] = _mm512_fmadd_ps(wb, v0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(wb, v1, acc[r][1]);
+            acc[r][2] = _mm512_fmadd_ps(wb, v2, acc[r][2]);
+            acc[r][3] = _mm512_fmadd_ps(wb, v3, acc[r][3]);
           }
         }
         for (int r = 0; r < value_rows; ++r) {
           const __m512 total = _mm512_set1_ps(totals[r0 + r]);
           float* dst = o + (i0 + r0 + r) * out_row + c0;
-          for (int c = 0; c < chunks; ++c) {
-            _mm512_mask_storeu_ps(dst + 16 * c, c < chunks - 1 ? 0xFFFF : tail,
-                                  _mm512_div_ps(acc[r][c], total));
+          for (int c = 0; c < 4; ++c) {
+            _mm512_mask_storeu_ps(dst + 16 * c, masks[c], _mm512_div_ps(acc[r][c], total));
           }
         }
       }
