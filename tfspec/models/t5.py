@@ -603,8 +603,8 @@ class T5(keras.Model):
 
         Returns:
           (states [B, S, D] in the compute dtype after the final norm (padded positions hold
-          unused values, which differ between the fused attention and XLA's), encoder_mask
-          bool [B, S]).
+          unused values: with the kernels that skip the padding, 0 before the norm),
+          encoder_mask bool [B, S]).
         """
         encoder_ids = tf.convert_to_tensor(encoder_ids, tf.int32)
         length = tf.shape(encoder_ids)[1]
@@ -614,8 +614,8 @@ class T5(keras.Model):
             encoder_mask = tf.sequence_mask(tf.cast(encoder_lengths, tf.int32), length)
         compute = self.compute_dtype
         fused = for_decode and self._prompt_attention_applies(encoder_ids)
-        # int32 [B]: each row's valid positions, for the kernels that skip the padding (its
-        # states are unused, and come out of them as 0).
+        # int32 [B]: each row's valid positions, for the kernels that skip the padding
+        # (padded states are unused; those kernels write them as 0).
         valid = (tf.cast(encoder_lengths, tf.int32) if encoder_lengths is not None
                  else tf.fill([tf.shape(encoder_ids)[0]], length))
         if fused:
