@@ -1025,13 +1025,16 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) void AmxBlock(
   _tile_release();
 }
 
-// The rows of block [r0, r0 + rows) up to its last valid one: with `lengths`, row r is
-// position r % width of prompt r / width, valid below that prompt's length (padding past
-// it is computed by nobody and written as 0); without, every row.
+// With `lengths`, row r is position r % width of prompt r / width, valid below that
+// prompt's length (padding is written as 0); without, every row is valid.
+inline bool RowValid(long r, const int32_t* lengths, long width) {
+  return lengths == nullptr || r % width < static_cast<long>(lengths[r / width]);
+}
+
+// The rows of block [r0, r0 + rows) up to its last valid one.
 long LiveBlockRows(long r0, long rows, const int32_t* lengths, long width) {
-  if (lengths == nullptr) return rows;
   for (long r = r0 + rows - 1; r >= r0; --r) {
-    if (r % width < static_cast<long>(lengths[r / width])) return r - r0 + 1;
+    if (RowValid(r, lengths, width)) return r - r0 + 1;
   }
   return 0;
 }
@@ -1073,9 +1076,7 @@ void AmxMatmul(const float* x, const uint16_t* w_panels, float* y, const Dims& d
     const long c_begin = t_begin * kAmxRows;
     const long c_end = t_end * kAmxRows < d.n ? t_end * kAmxRows : d.n;
     for (long r = r0; r < r0 + rows; ++r) {
-      if (r < r0 + live && (lengths == nullptr || r % width < static_cast<long>(lengths[r / width]))) {
-        continue;
-      }
+      if (r < r0 + live && RowValid(r, lengths, width)) continue;
       std::memset(y + r * d.n + c_begin, 0, sizeof(float) * (c_end - c_begin));
     }
   };

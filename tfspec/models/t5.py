@@ -614,10 +614,13 @@ class T5(keras.Model):
             encoder_mask = tf.sequence_mask(tf.cast(encoder_lengths, tf.int32), length)
         compute = self.compute_dtype
         fused = for_decode and self._prompt_attention_applies(encoder_ids)
-        # int32 [B]: each row's valid positions, for the kernels that skip the padding
-        # (padded states are unused; those kernels write them as 0).
-        valid = (tf.cast(encoder_lengths, tf.int32) if encoder_lengths is not None
-                 else tf.fill([tf.shape(encoder_ids)[0]], length))
+        layer_panels = self._amx_panels()[0] if for_decode and _amx_applies(encoder_ids) else None
+        valid = None
+        if fused or layer_panels is not None:
+            # int32 [B]: each row's valid positions, for the kernels that skip the padding
+            # (padded states are unused; those kernels write them as 0).
+            valid = (tf.cast(encoder_lengths, tf.int32) if encoder_lengths is not None
+                     else tf.fill([tf.shape(encoder_ids)[0]], length))
         if fused:
             # [H, 2S - 1]: the bias of every key - query offset; padded keys are the
             # kernel's to skip (`kernels.prompt_attention`).
@@ -626,7 +629,6 @@ class T5(keras.Model):
             # [B, H, S, S]: the relative position bias, and the score of padded keys.
             masked_bias = mask_into_bias(self._encoder_bias(length),
                                          encoder_mask[:, None, None, :])
-        layer_panels = self._amx_panels()[0] if for_decode and _amx_applies(encoder_ids) else None
         x = self._embed(encoder_ids)
         for i, block in enumerate(self.encoder_blocks):
             amx = layer_panels[i] if layer_panels is not None else T5EncoderPanels(
@@ -671,7 +673,8 @@ class T5(keras.Model):
         """
         cross_panels = (self._amx_panels()[1] if for_decode and _amx_applies(encoder_states)
                         else (None,) * len(self.decoder_blocks))
-        valid = tf.reduce_sum(tf.cast(encoder_mask, tf.int32), axis=1)  # [B], left-aligned
+        valid = (tf.reduce_sum(tf.cast(encoder_mask, tf.int32), axis=1)  # [B], left-aligned
+                 if any(panels is not None for panels in cross_panels) else None)
         pairs = []
         for block, panels in zip(self.decoder_blocks, cross_panels):
             cross = block.cross_attention
