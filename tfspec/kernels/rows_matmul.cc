@@ -46,6 +46,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -917,42 +918,46 @@ bool DetectAmx() {
 
 const bool kHasAmx = DetectAmx();
 
-// Round-to-nearest-even float32 -> bfloat16 bits (finite inputs).
-inline uint32_t RoundToBf16(uint32_t bits) {
-  return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-}
-
-inline float Bf16ToFloat(uint32_t half) {
-  const uint32_t bits = half << 16;
-  float f;
-  __builtin_memcpy(&f, &bits, sizeof(f));
-  return f;
+// Round-to-nearest-even float32 -> bfloat16 bits of 16 lanes, (bits + 0x7FFF + lsb) >> 16
+// (finite inputs). Integer arithmetic, not VCVTNEPS2BF16, which flushes denormals to zero.
+__attribute__((target("avx512f"))) inline __m512i RoundToBf16x16(__m512i bits) {
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  return _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)),
+                                            lsb), 16);
 }
 
 // rows x K float32 -> three bfloat16 parts at parts[p * kAmxBlockRows * kp + r * kp + k]
-// (zero past K and past `rows`): hi, mid, lo with x = hi + mid + lo.
+// (zero past K, and past `rows` within the row tiles AmxBlock loads): hi, mid, lo with
+// x = hi + mid + lo: hi rounds x, mid rounds x - hi, lo rounds x - hi - mid (float32
+// subtractions, exact here), 16 lanes at a time.
 __attribute__((target("avx512f"))) void SplitRows(const float* x, long rows, long k_dim,
                                                  long kp, uint16_t* parts) {
-  std::memset(parts, 0, sizeof(uint16_t) * 3 * kAmxBlockRows * kp);
+  const long part_stride = kAmxBlockRows * kp;
   for (long r = 0; r < rows; ++r) {
     const float* xr = x + r * k_dim;
     uint16_t* hi = parts + r * kp;
-    uint16_t* mid = hi + kAmxBlockRows * kp;
-    uint16_t* lo = mid + kAmxBlockRows * kp;
-    for (long k = 0; k < k_dim; ++k) {  // GCC vectorizes this loop.
-      uint32_t bits;
-      __builtin_memcpy(&bits, xr + k, sizeof(bits));
-      const uint32_t h = RoundToBf16(bits);
-      const float rest = xr[k] - Bf16ToFloat(h);
-      uint32_t rest_bits;
-      __builtin_memcpy(&rest_bits, &rest, sizeof(rest_bits));
-      const uint32_t m = RoundToBf16(rest_bits);
-      const float last = rest - Bf16ToFloat(m);
-      uint32_t last_bits;
-      __builtin_memcpy(&last_bits, &last, sizeof(last_bits));
-      hi[k] = static_cast<uint16_t>(h);
-      mid[k] = static_cast<uint16_t>(m);
-      lo[k] = static_cast<uint16_t>(RoundToBf16(last_bits));
+    uint16_t* mid = hi + part_stride;
+    uint16_t* lo = mid + part_stride;
+    for (long k = 0; k < kp; k += 16) {
+      const long left = k_dim - k;
+      const __mmask16 valid = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1;
+      const __m512 v = _mm512_maskz_loadu_ps(valid, xr + k);
+      const __m512i h = RoundToBf16x16(_mm512_castps_si512(v));
+      const __m512 rest = _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
+      const __m512i m = RoundToBf16x16(_mm512_castps_si512(rest));
+      const __m512 last = _mm512_sub_ps(rest, _mm512_castsi512_ps(_mm512_slli_epi32(m, 16)));
+      const __m512i l = RoundToBf16x16(_mm512_castps_si512(last));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + k), _mm512_cvtepi32_epi16(h));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(mid + k), _mm512_cvtepi32_epi16(m));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + k), _mm512_cvtepi32_epi16(l));
+    }
+  }
+  // Rows past `rows` in a row tile that is loaded: zero (their products are dropped, but
+  // stale bits could be anything).
+  const long tile_rows = rows > kAmxRows ? kAmxBlockRows : kAmxRows;
+  for (long p = 0; p < 3; ++p) {
+    for (long r = rows; r < tile_rows; ++r) {
+      std::memset(parts + p * part_stride + r * kp, 0, sizeof(uint16_t) * kp);
     }
   }
 }
@@ -1046,11 +1051,14 @@ void AmxMatmul(const float* x, const uint16_t* w_panels, float* y, const Dims& d
   const long blocks = (d.m + kAmxBlockRows - 1) / kAmxBlockRows;
   Pool& pool = Pool::Get();
   const int threads = pool.threads();
-  // Jobs: row blocks, each split into column groups when there are too few blocks to keep
-  // every thread busy (a 24-token prompt is one block). Column groups are pairs of tiles.
+  // Jobs: row blocks, each split into column groups (pairs of tiles) when there are too few
+  // blocks to share evenly among the threads (a 24-token prompt is one block): the fewest
+  // groups that make the jobs a multiple of the threads. Every group splits its block's
+  // rows again, so more groups (for a helper that joins late) cost more than they balance:
+  // a 24-row product took twice as long in 8 groups as in 2.
   long groups = 1;
   if (threads > 1 && blocks < 4L * threads) {
-    groups = (4L * threads + blocks - 1) / blocks;
+    groups = threads / std::gcd(blocks, static_cast<long>(threads));
     const long pairs = (tiles + 1) / 2;
     if (groups > pairs) groups = pairs;
   }
