@@ -8,6 +8,7 @@ import tensorflow as tf
 import tfspec
 from tfspec import generation, kernels
 from tfspec.models import T5, T5Config
+from tfspec.models.feature_draft import FeatureDraft, FeatureDraftConfig
 
 pytestmark = pytest.mark.skipif(not kernels.amx_available(),
                                 reason=f"needs AMX and the kernel: {kernels.status()}")
@@ -219,3 +220,76 @@ def test_changed_encoder_weights_are_never_decoded_with_stale_amx_panels():
     assert not np.array_equal(want, before)  # The test needs outputs that differ.
     np.testing.assert_array_equal(run(model), want)
     assert len(generation.compiled_loops(model)) == 1
+
+
+def _feature_draft(target, seed, cross_attention=True):
+    """A random feature draft bound to `target`, with bfloat16 weight values."""
+    config = FeatureDraftConfig.for_target(target, cross_attention=cross_attention)
+    draft = FeatureDraft(config, seed=seed).bind(target)
+    for w in draft.weights:
+        if w.dtype == tf.float32:
+            w.assign(_bfloat16_values(w.numpy()))
+    return draft
+
+
+def _draft_cross_keys_values(target, draft, prompt_ids, lengths):
+    """The feature draft's cross keys and values of `prepare_with_target` in an XLA
+    program, and the panel cache entries that program read."""
+    target.refresh_decode_panels()
+    draft.refresh_decode_panels()
+    reads_box = []
+
+    @tf.function(jit_compile=True, autograph=False)
+    def prepare(ids, lens):
+        with kernels.recording_panel_reads() as reads:
+            target_context, _ = target.prepare(ids, lens, 8)
+            context, _ = draft.prepare_with_target(target, target_context, ids, lens, 8)
+        reads_box.append(reads)
+        return context.cross_keys, context.cross_values
+
+    keys, values = prepare(tf.constant(prompt_ids, tf.int32), tf.constant(lengths, tf.int32))
+    return keys.numpy(), values.numpy(), reads_box[-1]
+
+
+@pytest.mark.parametrize("lengths", [[40], [40, 37, 12]])
+def test_a_feature_drafts_cross_keys_and_values_run_on_amx(lengths):
+    """The feature draft's once-per-request cross-attention keys and values read its AMX
+    panel of k | v: XLA's float32 products up to summation order at every valid position,
+    0 at a prompt's padding (which the attention never reads)."""
+    target = _model(3)
+    prompts = [[(5 * r + c) % 35 + 2 for c in range(n)] for r, n in enumerate(lengths)]
+    ids = np.zeros([len(lengths), max(lengths)], np.int32)
+    for row, prompt in enumerate(prompts):
+        ids[row, :len(prompt)] = prompt
+    keys, values, reads = _draft_cross_keys_values(target, _feature_draft(target, 5), ids,
+                                                   lengths)
+    with kernels.amx(False):  # The same weights, caches made without AMX entries.
+        other_target = _model(3)
+        want_keys, want_values, _ = _draft_cross_keys_values(
+            other_target, _feature_draft(other_target, 5), ids, lengths)
+    draft_checks = [(cache, entries) for cache, entries in reads.checks()
+                    if cache.layout[entries[-1]] == kernels.AMX and len(cache) == 9]
+    assert len(draft_checks) == 1  # The draft's cache: 8 decode entries, then k | v.
+    for row, length in enumerate(lengths):
+        np.testing.assert_allclose(keys[row, :, :length], want_keys[row, :, :length],
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(values[row, :, :length], want_values[row, :, :length],
+                                   rtol=1e-5, atol=1e-5)
+        assert not np.any(keys[row, :, length:]) and not np.any(values[row, :, length:])
+    assert not np.array_equal(keys, want_keys)  # The power: another summation order ran.
+
+
+@pytest.mark.parametrize("cross_attention", [True, False])
+def test_greedy_speculative_equals_autoregressive_with_a_feature_draft_on_amx(
+        cross_attention):
+    target = _model(3)
+    draft = _feature_draft(target, 6, cross_attention)
+    prompts = _prompts(2, 40)
+    kwargs = dict(max_new_tokens=12, sampling=tfspec.Sampling(temperature=0.0))
+    ar = tfspec.generate(target, prompts, k=0, **kwargs)
+    spec = tfspec.generate(target, prompts, draft=draft, k=3, **kwargs)
+    layouts = kernels.panel_layout(draft)
+    assert (layouts[-1] == kernels.AMX) == cross_attention
+    np.testing.assert_array_equal(spec.tokens, ar.tokens)
+    np.testing.assert_array_equal(spec.lengths, ar.lengths)
+    assert spec.stats.drafted.sum() > 0

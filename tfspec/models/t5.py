@@ -681,11 +681,7 @@ class T5(keras.Model):
             if panels is None:
                 pairs.append(cross.keys_values(encoder_states))
             else:  # k | v side by side: one AMX product per layer.
-                keys, values = tf.split(
-                    _amx_product(encoder_states, panels, 2 * cross.num_heads * cross.d_kv,
-                                 valid),
-                    2, axis=-1)
-                pairs.append((cross.split_heads(keys), cross.split_heads(values)))
+                pairs.append(cross.keys_values_on_amx(encoder_states, panels, valid))
         context = T5Context(tuple(k for k, _ in pairs), tuple(v for _, v in pairs),
                             encoder_mask, encoder_states=encoder_states)
         if not for_decode:

@@ -278,6 +278,25 @@ class T5Attention(keras.layers.Layer):
         """[B, T, D] -> ([B, H, T, d_kv], [B, H, T, d_kv])."""
         return self._heads(x, self.k), self._heads(x, self.v)
 
+    def keys_values_on_amx(self, x: tf.Tensor, kv_panels: tf.Tensor,
+                           lengths: Optional[tf.Tensor] = None
+                           ) -> Tuple[tf.Tensor, tf.Tensor]:
+        """`keys_values` as one AMX product of k | v side by side (`kv_panels`: the AMX
+        panels of the [D, 2 H d_kv] concatenation, `tfspec.kernels.amx_panels`).
+
+        Args:
+          x: float32 [B, T, D], static shape, inside an XLA program.
+          kv_panels: bfloat16 AMX panels of concat([k, v], axis=1).
+          lengths: int32 [B] or None; positions t >= lengths[b] come out 0.
+
+        Returns:
+          ([B, H, T, d_kv], [B, H, T, d_kv]) float32.
+        """
+        both = kernels.amx_matmul(x, kv_panels, x.shape[-1], 2 * self.num_heads * self.d_kv,
+                                  lengths)
+        keys, values = tf.split(both, 2, axis=-1)
+        return self.split_heads(keys), self.split_heads(values)
+
     def project_output(self, heads: tf.Tensor) -> tf.Tensor:
         """[B, H, T, d_kv] -> [B, T, D]."""
         return self.project_merged(self.merge_heads(heads))
