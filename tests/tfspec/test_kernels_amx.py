@@ -143,21 +143,33 @@ def _prompts(count, length, seed=0):
     return [rng.integers(2, 37, size=length - i % 3).tolist() for i in range(count)]
 
 
-def _prepared(model, prompt_ids, lengths):
-    """(encoder states, cross keys of layer 0, PanelReads) from `prepare` in an XLA
-    program, as the decode loop runs it."""
-    model.refresh_decode_panels()
+def _compiled_with_reads(fn, prompt_ids, lengths):
+    """fn(ids, lengths) in an XLA program, as the decode loop runs its prepare: (its
+    outputs as numpy arrays, the `PanelReads` of the panel entries it read)."""
     reads_box = []
 
     @tf.function(jit_compile=True, autograph=False)
-    def prepare(ids, lens):
+    def compiled(ids, lens):
         with kernels.recording_panel_reads() as reads:
-            context, _ = model.prepare(ids, lens, 8)
+            outputs = fn(ids, lens)
         reads_box.append(reads)
+        return outputs
+
+    outputs = compiled(tf.constant(prompt_ids, tf.int32), tf.constant(lengths, tf.int32))
+    return [o.numpy() for o in outputs], reads_box[-1]
+
+
+def _prepared(model, prompt_ids, lengths):
+    """(encoder states, cross keys of layer 0, PanelReads) from `prepare` in an XLA
+    program."""
+    model.refresh_decode_panels()
+
+    def prepare(ids, lens):
+        context, _ = model.prepare(ids, lens, 8)
         return context.encoder_states, context.cross_keys[0]
 
-    states, keys = prepare(tf.constant(prompt_ids, tf.int32), tf.constant(lengths, tf.int32))
-    return states.numpy(), keys.numpy(), reads_box[-1]
+    (states, keys), reads = _compiled_with_reads(prepare, prompt_ids, lengths)
+    return states, keys, reads
 
 
 @pytest.mark.parametrize("batch,width,min_rows", [
@@ -237,18 +249,14 @@ def _draft_cross_keys_values(target, draft, prompt_ids, lengths):
     program, and the panel cache entries that program read."""
     target.refresh_decode_panels()
     draft.refresh_decode_panels()
-    reads_box = []
 
-    @tf.function(jit_compile=True, autograph=False)
     def prepare(ids, lens):
-        with kernels.recording_panel_reads() as reads:
-            target_context, _ = target.prepare(ids, lens, 8)
-            context, _ = draft.prepare_with_target(target, target_context, ids, lens, 8)
-        reads_box.append(reads)
+        target_context, _ = target.prepare(ids, lens, 8)
+        context, _ = draft.prepare_with_target(target, target_context, ids, lens, 8)
         return context.cross_keys, context.cross_values
 
-    keys, values = prepare(tf.constant(prompt_ids, tf.int32), tf.constant(lengths, tf.int32))
-    return keys.numpy(), values.numpy(), reads_box[-1]
+    (keys, values), reads = _compiled_with_reads(prepare, prompt_ids, lengths)
+    return keys, values, reads
 
 
 @pytest.mark.parametrize("lengths", [[40], [40, 37, 12]])
