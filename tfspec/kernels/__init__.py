@@ -401,12 +401,22 @@ AMX_DEPTH = 32
 """k per AMX tile row: `amx_panels` pad K to a multiple of it."""
 
 AMX_MIN_ROWS = 1
-"""Fewest rows (batch x prompt bucket) for which models run their encoder products on AMX
-(`tfspec.models.T5`). Every width pays on this project's CPUs: a batch-1 call with one new
-token of the embedded target took 4.5 / 4.9 ms at the 8- and 24-wide buckets on AMX
+"""Fewest rows (batch x prompt bucket) for which models run their once-per-request products
+on AMX (`amx_applies`: the T5 encoder and cross keys/values, a feature draft's cross
+keys/values). Every width pays on this project's CPUs: a batch-1 call with one new token of
+the embedded target took 4.5 / 4.9 ms at the 8- and 24-wide buckets on AMX
 against 8.3 / 9.3 ms with XLA's dots (frozen weights; 11.5 / 11.8 against 15.0 / 15.8 ms
 unfrozen, where the in-loop panel check reads 33 MB more weights). It was 32 until
 frozen weights (`tfspec.freeze_weights`) removed that check from the harness's calls."""
+
+
+def amx_applies(x: tf.Tensor) -> bool:
+    """Whether a model's once-per-request products over `x` ([B, S] ids or [B, S, D]
+    states) go through its AMX panels: a static B x S of at least `AMX_MIN_ROWS` (1: every
+    static shape). Below it the in-loop check of the panels' sources reads only the decode
+    step's weights (`PanelCache.current`)."""
+    shape = x.shape
+    return shape.is_fully_defined() and int(shape[0]) * int(shape[1]) >= AMX_MIN_ROWS
 
 
 def amx_available() -> bool:

@@ -385,9 +385,10 @@ class FeatureDraft(TargetBoundDraft, keras.Model):
     def _cross_kv_panels(cache, states: tf.Tensor) -> Optional[tf.Tensor]:
         """The AMX panels of the cross-attention k | v (the panel cache's entry after the
         decode products, made where AMX runs and the weights are bfloat16 values), or None:
-        no readable cache, no such entry, or `states` [B, S, D] without a static shape."""
+        no readable cache, no such entry, or `states` [B, S, D] that the target's own
+        products would not run on AMX either (`kernels.amx_applies`)."""
         entry = len(FeatureDraftPanels._fields)
-        if cache is None or len(cache) <= entry or not states.shape.is_fully_defined():
+        if cache is None or len(cache) <= entry or not kernels.amx_applies(states):
             return None
         panels = cache.variables([entry])[0]
         return None if panels is None else tf.convert_to_tensor(panels)

@@ -96,16 +96,6 @@ def _write_key_columns(keys_transposed: tf.Tensor, keys: tf.Tensor,
     return tf.tensor_scatter_nd_update(keys_transposed, indices, block)
 
 
-def _amx_applies(x: tf.Tensor) -> bool:
-    """Whether the once-per-request products over `x` ([B, S] ids or [B, S, D] states) go
-    through AMX panels: a static B x S of at least `kernels.AMX_MIN_ROWS` (1: every static
-    shape). Below it the in-loop check of the panels' sources reads only the decode step's
-    weights (`PanelCache.current`)."""
-    shape = x.shape
-    return (shape.is_fully_defined()
-            and int(shape[0]) * int(shape[1]) >= kernels.AMX_MIN_ROWS)
-
-
 def _amx_product(x: tf.Tensor, kernel_panels: tf.Tensor, columns: int,
                  lengths: Optional[tf.Tensor] = None) -> tf.Tensor:
     """float32 [B, S, K] (static shape) @ the kernel of AMX panels -> float32 [B, S, N];
@@ -614,7 +604,8 @@ class T5(keras.Model):
             encoder_mask = tf.sequence_mask(tf.cast(encoder_lengths, tf.int32), length)
         compute = self.compute_dtype
         fused = for_decode and self._prompt_attention_applies(encoder_ids)
-        layer_panels = self._amx_panels()[0] if for_decode and _amx_applies(encoder_ids) else None
+        layer_panels = (self._amx_panels()[0]
+                        if for_decode and kernels.amx_applies(encoder_ids) else None)
         valid = None
         if fused or layer_panels is not None:
             # int32 [B]: each row's valid positions, for the kernels that skip the padding
@@ -671,7 +662,8 @@ class T5(keras.Model):
 
         XLA drops whichever of them no call of the compiled program reads.
         """
-        cross_panels = (self._amx_panels()[1] if for_decode and _amx_applies(encoder_states)
+        cross_panels = (self._amx_panels()[1]
+                        if for_decode and kernels.amx_applies(encoder_states)
                         else (None,) * len(self.decoder_blocks))
         valid = (tf.reduce_sum(tf.cast(encoder_mask, tf.int32), axis=1)  # [B], left-aligned
                  if any(panels is not None for panels in cross_panels) else None)
