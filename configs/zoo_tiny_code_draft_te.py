@@ -24,7 +24,8 @@ tokens of the training examples; an export already in the zoo gets it without re
         --stage target_encoder_draft_vocabulary   # rewrites its draft_vocabulary.json
 
 Variants (`:ARG`): "full" (default), "sampled" (continues the shipped draft on the target's
-sampled continuations, see `_continue_on_sampled`; its own workdir), "deeper" (the same,
+sampled continuations, see `_continue_on_sampled`; its own workdir), "sampled_label" (the
+same with the label term kept), "deeper" (the same,
 grown to two decoder layers, see `_continue_deeper`), "smoke" (a few steps
 from the target and draft stages of the same workdir, which tests train first with
 configs/zoo_tiny_code.py:smoke).
@@ -59,7 +60,7 @@ Measured here (2-core CPU, 2026-12-05; 64 held-out completion prompts, k = 4, 64
 from configs import common
 from configs import zoo_tiny_code
 
-VARIANTS = ("full", "sampled", "deeper", "smoke")
+VARIANTS = ("full", "sampled", "sampled_label", "deeper", "smoke")
 
 
 def get_config(arg=None):
@@ -98,6 +99,8 @@ def get_config(arg=None):
     config.export.adapter_draft_name = "tiny-code-draft"
     if arg == "sampled":
         _continue_on_sampled(config)
+    if arg == "sampled_label":
+        _continue_on_sampled_with_label(config)
     if arg == "deeper":
         _continue_deeper(config)
     if arg == "smoke":
@@ -134,6 +137,14 @@ def _continue_on_sampled(config):
     section.greedy_prompts = 2048
     section.sampled_max_new_tokens = 128
     section.sampled_batch_size = 32
+
+
+def _continue_on_sampled_with_label(config):
+    """The "sampled_label" variant: the "sampled" variant with the label term kept (0.1), as
+    the "deeper" variant trains, but with one decoder layer (the shipped draft's step cost)."""
+    _continue_on_sampled(config)
+    config.workdir = "~/.cache/tfspec/train/zoo_tiny_code_draft_te_sampled_label"
+    config.target_encoder_draft.label_weight = 0.1
 
 
 def _continue_deeper(config):

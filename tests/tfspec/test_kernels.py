@@ -65,6 +65,22 @@ def test_bfloat16_exact(values, exact):
     assert kernels.bfloat16_exact(tf.constant(values, tf.float32)) is exact
 
 
+@pytest.mark.parametrize("scale", [1.0, 1e-3, 1e20, 1e-25])
+def test_bfloat16_split_parts_are_bfloat16_and_sum_to_the_kernel(scale):
+    """hi | mid | lo: each part a bfloat16 value, their sum exactly the float32 kernel
+    (down to magnitudes whose last part is still a normal float32), and two parts are
+    not enough (the third carries bits)."""
+    rng = np.random.default_rng(7)
+    kernel = (rng.standard_normal((24, 10)) * scale).astype(np.float32)
+    split = kernels.bfloat16_split(tf.constant(kernel)).numpy()
+    assert split.shape == (24, 30)
+    parts = np.split(split, kernels.SPLIT_PARTS, axis=1)
+    assert all(kernels.bfloat16_exact(tf.constant(part)) for part in parts)
+    total = parts[0].astype(np.float64) + parts[1] + parts[2]
+    np.testing.assert_array_equal(total, kernel.astype(np.float64))
+    assert np.any(parts[0].astype(np.float64) + parts[1] != kernel)
+
+
 def test_panel_cache_packs_half_width_only_where_exact():
     exact = tf.Variable(_to_bfloat16_values(np.linspace(-1, 1, 80).reshape(4, 20)))
     inexact = tf.Variable(np.linspace(-1, 1, 160, dtype=np.float32).reshape(20, 8) / 3)

@@ -55,6 +55,27 @@ def test_amx_matmul_is_a_float32_product(rows, k_dim, n_dim):
     assert np.max(np.abs(rounded_once - want) / scale) > 30 * error  # the power: 1 part fails
 
 
+@pytest.mark.parametrize("rows,k_dim,n_dim", [(1, 8, 5), (37, 100, 50), (309, 384, 256)])
+def test_amx_matmul_split_is_a_float32_product_of_a_float32_kernel(rows, k_dim, n_dim):
+    """A kernel that is not a bfloat16 value (the target-encoder projection) through the
+    panels of its three parts: the float32 product up to summation order, where its
+    bfloat16 rounding (what one part would give) is far off."""
+    rng = np.random.default_rng(rows + k_dim)
+    x = rng.standard_normal((rows, k_dim)).astype(np.float32)
+    kernel = (rng.standard_normal((k_dim, n_dim)) / np.sqrt(k_dim)).astype(np.float32)
+    panels = kernels.amx_panels(kernels.bfloat16_split(tf.constant(kernel)))
+    fn = tf.function(lambda a, p: kernels.amx_matmul_split(a, p, k_dim, n_dim),
+                     jit_compile=True, autograph=False)
+    got = fn(tf.constant(x), panels).numpy()
+    want = x.astype(np.float64) @ kernel.astype(np.float64)
+    scale = np.abs(x).astype(np.float64) @ np.abs(kernel).astype(np.float64)
+    error = np.max(np.abs(got - want) / scale)
+    assert got.shape == (rows, n_dim)
+    assert error < 4 * k_dim * 2.0 ** -24
+    rounded = x.astype(np.float64) @ _bfloat16_values(kernel).astype(np.float64)
+    assert np.max(np.abs(rounded - want) / scale) > 30 * error
+
+
 @pytest.mark.parametrize("rows,k_dim,n_dim", SHAPES[1:])
 def test_amx_rows_do_not_depend_on_their_companions(rows, k_dim, n_dim):
     """Every row is the same float32 additions whatever the other rows of the call (so
@@ -301,3 +322,78 @@ def test_greedy_speculative_equals_autoregressive_with_a_feature_draft_on_amx(
     np.testing.assert_array_equal(spec.tokens, ar.tokens)
     np.testing.assert_array_equal(spec.lengths, ar.lengths)
     assert spec.stats.drafted.sum() > 0
+
+
+def _target_encoder_draft(target, seed):
+    """A random T5 draft of another width reading `target`'s encoder output through a
+    float32 projection (not bfloat16 values: it takes the three-part split on AMX)."""
+    config = T5Config(vocab_size=37, d_model=24, d_kv=8, d_ff=36, num_layers=1,
+                      num_decoder_layers=1, num_heads=2, feed_forward_proj="gated-gelu",
+                      tie_word_embeddings=False)
+    draft = T5(config, seed=seed)
+    for w in draft.weights:
+        w.assign(_bfloat16_values(w.numpy()))
+    rng = np.random.default_rng(seed)
+    projection = rng.standard_normal((target.config.d_model, 24)) / np.sqrt(24)
+    return draft.attach_target_encoder(projection.astype(np.float32))
+
+
+def _draft_context(target, draft, prompt_ids, lengths):
+    """The draft's cross keys and values (layer 0) from `prepare_with_target` in an XLA
+    program, and the panel entries that program read."""
+    target.refresh_decode_panels()
+    draft.refresh_decode_panels()
+
+    def prepare(ids, lens):
+        target_context, _ = target.prepare(ids, lens, 8)
+        context, _ = draft.prepare_with_target(target, target_context, ids, lens, 8)
+        return context.cross_keys[0], context.cross_values[0]
+
+    (keys, values), reads = _compiled_with_reads(prepare, prompt_ids, lengths)
+    return keys, values, reads
+
+
+@pytest.mark.parametrize("lengths", [[40], [40, 37, 12]])
+def test_a_drafts_target_encoder_projection_runs_on_amx(lengths):
+    """The projection of the target's encoder output reads the AMX panels of its three
+    parts (the draft cache's last entry): the draft's cross keys and values are XLA's
+    float32 ones up to summation order at every valid position, 0 at the padding."""
+    target = _model(3)
+    ids = np.zeros([len(lengths), max(lengths)], np.int32)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = [(5 * row + c) % 35 + 2 for c in range(length)]
+    keys, values, reads = _draft_context(target, _target_encoder_draft(target, 5), ids,
+                                         lengths)
+    with kernels.amx(False):  # The same weights, caches made without AMX entries.
+        other_target = _model(3)
+        want_keys, want_values, _ = _draft_context(
+            other_target, _target_encoder_draft(other_target, 5), ids, lengths)
+    draft_entries = [entries for cache, entries in reads.checks() if len(cache) == 13]
+    # The draft's cache: 7 decode entries, 4 of its own encoder, 1 cross k | v, then P.
+    assert len(draft_entries) == 1 and 12 in draft_entries[0]
+    for row, length in enumerate(lengths):
+        np.testing.assert_allclose(keys[row, :, :length], want_keys[row, :, :length],
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(values[row, :, :length], want_values[row, :, :length],
+                                   rtol=1e-5, atol=1e-5)
+        assert not np.any(keys[row, :, length:]) and not np.any(values[row, :, length:])
+    assert not np.array_equal(keys, want_keys)  # The power: another summation order ran.
+
+
+def test_greedy_speculative_equals_autoregressive_with_a_target_encoder_draft_on_amx():
+    """Greedy identity with the projection on AMX; detaching the adapter drops its panels
+    (the draft then runs its own encoder, and its cache has no projection entry)."""
+    target = _model(3)
+    draft = _target_encoder_draft(target, 6)
+    prompts = _prompts(2, 40)
+    kwargs = dict(max_new_tokens=12, sampling=tfspec.Sampling(temperature=0.0))
+    ar = tfspec.generate(target, prompts, k=0, **kwargs)
+    spec = tfspec.generate(target, prompts, draft=draft, k=3, **kwargs)
+    layouts = kernels.panel_layout(draft)
+    assert len(layouts) == 13 and layouts[-1] == kernels.AMX
+    np.testing.assert_array_equal(spec.tokens, ar.tokens)
+    np.testing.assert_array_equal(spec.lengths, ar.lengths)
+    assert spec.stats.drafted.sum() > 0
+    own = tfspec.generate(target, prompts, draft=draft.detach_target_encoder(), k=3, **kwargs)
+    assert len(kernels.panel_layout(draft)) == 12
+    np.testing.assert_array_equal(own.tokens, ar.tokens)

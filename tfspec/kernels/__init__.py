@@ -497,6 +497,44 @@ def amx_matmul(x: tf.Tensor, kernel_panels: tf.Tensor, k_dim: int, n_dim: int,
     return tf.reshape(y, list(leading) + [n_dim])
 
 
+SPLIT_PARTS = 3
+"""Parts of `bfloat16_split`: 3 x 8 significant bits hold a float32's 24 exactly."""
+
+
+def bfloat16_split(kernel: tf.Tensor) -> tf.Tensor:
+    """A float32 [K, N] kernel -> float32 [K, 3 N]: its hi | mid | lo bfloat16 parts side by
+    side, each `bfloat16_exact`, summing exactly to the kernel.
+
+    Why: AMX multiplies bfloat16 weights, so a float32 kernel that is not a bfloat16 value
+    (e.g. a fitted projection) has no panels of its own; the panels of its three parts do,
+    and `amx_matmul_split` sums their products (`amx_matmul` splits x the same way).
+    Each part is the residual of the parts before it rounded to bfloat16: rounding to
+    nearest leaves at most 2^-9 of the magnitude, so the residual after two parts has at
+    most 8 significant bits and the third part holds it exactly. (Values below about
+    2^-100, whose last part would be a float32 subnormal, lose those bits: TensorFlow
+    flushes subnormals to zero on CPU.)
+    """
+    rest = tf.cast(kernel, tf.float32)
+    parts = []
+    for _ in range(SPLIT_PARTS):
+        part = tf.cast(tf.cast(rest, tf.bfloat16), tf.float32)
+        parts.append(part)
+        rest = rest - part  # exact: the rounding error of a float32 to fewer bits
+    return tf.concat(parts, axis=-1)
+
+
+def amx_matmul_split(x: tf.Tensor, split_panels: tf.Tensor, k_dim: int, n_dim: int,
+                     lengths: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """x float32 [..., K] @ a float32 [K, n_dim] kernel given as the `amx_panels` of its
+    `bfloat16_split` ([K, 3 n_dim]) -> float32 [..., n_dim], on AMX: one product of the
+    three parts side by side, then (hi + mid) + lo. Every term is an exact product of
+    bfloat16 parts, so this is the float32 product up to summation order, as
+    `amx_matmul` is for a bfloat16-exact kernel. `lengths` as in `amx_matmul`."""
+    hi, mid, lo = tf.split(amx_matmul(x, split_panels, k_dim, SPLIT_PARTS * n_dim, lengths),
+                           SPLIT_PARTS, axis=-1)
+    return (hi + mid) + lo
+
+
 PROMPT_ATTENTION_TARGET_NAME = "tfspec_prompt_attention_f32"
 
 _prompt_attention_allowed = True

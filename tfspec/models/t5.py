@@ -747,6 +747,11 @@ class T5(keras.Model):
             for block in self.decoder_blocks:
                 cross = block.cross_attention
                 add(lambda c=cross: tf.concat([c.k, c.v], axis=1), cross.k, cross.v)
+            adapter = self._target_encoder
+            if adapter is not None:
+                # Last: the target-encoder projection's three bfloat16 parts (a fitted
+                # float32 matrix, not a bfloat16 value), `_projection_panels`.
+                add(lambda a=adapter: kernels.bfloat16_split(a.projection), adapter.projection)
             kinds += [kernels.AMX] * (len(sources) - len(kinds))
         return kernels.PanelCache(sources, variables, kinds)
 
@@ -766,7 +771,8 @@ class T5(keras.Model):
             return None, none
         start, per_layer = self._decode_entries, len(T5EncoderPanels._fields)
         encoder_entries = range(start, start + per_layer * len(self.encoder_blocks))
-        cross_entries = range(encoder_entries.stop, len(cache))
+        cross_entries = range(encoder_entries.stop,
+                              encoder_entries.stop + len(self.decoder_blocks))
         values = [None if v is None else tf.convert_to_tensor(v)
                   for v in cache.variables(encoder_entries)]
         layers = tuple(T5EncoderPanels(*values[i * per_layer:(i + 1) * per_layer])
@@ -774,6 +780,21 @@ class T5(keras.Model):
         cross = tuple(None if v is None else tf.convert_to_tensor(v)
                       for v in cache.variables(cross_entries))
         return layers, cross
+
+    def _projection_panels(self, target_states: tf.Tensor) -> Optional[tf.Tensor]:
+        """The AMX panels of the target-encoder projection's `kernels.bfloat16_split` (the
+        panel cache's last entry, made where AMX runs and an adapter is attached), or None:
+        no readable cache, no such entry, or `target_states` [B, S, D_target] whose
+        products the target's own would not run on AMX either (`kernels.amx_applies`)."""
+        cache = kernels.readable_panel_cache(self)
+        entry = (self._decode_entries
+                 + len(T5EncoderPanels._fields) * len(self.encoder_blocks)
+                 + len(self.decoder_blocks))
+        if (self._target_encoder is None or cache is None or len(cache) <= entry
+                or not kernels.amx_applies(target_states)):
+            return None
+        panels = cache.variables([entry])[0]
+        return None if panels is None else tf.convert_to_tensor(panels)
 
     def _panels_apply(self) -> bool:
         """Whether `tfspec.kernels` serves this model's decode products: float32 models (the
@@ -985,11 +1006,13 @@ class T5(keras.Model):
             keras.Variable(array, dtype="float32", name="target_encoder_projection"),
             str(target_fingerprint),
             str(target_name))
+        kernels.drop_panel_cache(self)  # Its next cache has the projection's AMX entry.
         return self
 
     def detach_target_encoder(self) -> "T5":
         """Drops the adapter: this model runs its own encoder again. Returns self."""
         self._target_encoder = None
+        kernels.drop_panel_cache(self)
         return self
 
     def bind(self, target) -> "T5":
@@ -1044,8 +1067,16 @@ class T5(keras.Model):
         if self._target_encoder is None:
             raise ValueError("this model has no target-encoder adapter "
                              "(attach_target_encoder); use prepare")
-        states = tf.einsum("bsd,de->bse", tf.cast(target_context.encoder_states, tf.float32),
-                           self._target_encoder.projection)
+        target_states = tf.cast(target_context.encoder_states, tf.float32)
+        panels = self._projection_panels(target_states)
+        if panels is None:
+            states = tf.einsum("bsd,de->bse", target_states, self._target_encoder.projection)
+        else:  # On AMX, as the target's own products: the prompt's padding skipped (0).
+            lengths = tf.reduce_sum(tf.cast(target_context.encoder_mask, tf.int32),
+                                    axis=1)                                 # left-aligned
+            states = kernels.amx_matmul_split(target_states, panels,
+                                              int(target_states.shape[-1]),
+                                              self._config.d_model, lengths)
         context = self._context(tf.cast(states, self.compute_dtype),
                                 target_context.encoder_mask, for_decode=True)
         return context, self._empty_cache(tf.shape(prompt_ids)[0], max_length, window=1)
