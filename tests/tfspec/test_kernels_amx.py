@@ -266,18 +266,38 @@ def _feature_draft(target, seed, cross_attention=True):
 
 
 def _draft_cross_keys_values(target, draft, prompt_ids, lengths):
-    """The feature draft's cross keys and values of `prepare_with_target` in an XLA
-    program, and the panel cache entries that program read."""
+    """A draft's cross keys and values (a T5 draft's of its first layer) from
+    `prepare_with_target` in an XLA program, and the panel cache entries it read."""
     target.refresh_decode_panels()
     draft.refresh_decode_panels()
 
     def prepare(ids, lens):
         target_context, _ = target.prepare(ids, lens, 8)
         context, _ = draft.prepare_with_target(target, target_context, ids, lens, 8)
-        return context.cross_keys, context.cross_values
+        keys, values = context.cross_keys, context.cross_values
+        return (keys[0], values[0]) if isinstance(keys, tuple) else (keys, values)
 
     (keys, values), reads = _compiled_with_reads(prepare, prompt_ids, lengths)
     return keys, values, reads
+
+
+def _padded_prompts(lengths):
+    """int32 [len(lengths), max(lengths)]: left-aligned prompts of `lengths`, 0-padded."""
+    ids = np.zeros([len(lengths), max(lengths)], np.int32)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = [(5 * row + c) % 35 + 2 for c in range(length)]
+    return ids
+
+
+def _assert_xla_values_at_valid_positions(got, want, lengths):
+    """got = want (keys, values) [B, H, S, d_kv] up to summation order at every valid
+    position, 0 at the padding, and not the same bits (another summation order ran)."""
+    for got_part, want_part in zip(got, want):
+        for row, length in enumerate(lengths):
+            np.testing.assert_allclose(got_part[row, :, :length], want_part[row, :, :length],
+                                       rtol=1e-5, atol=1e-5)
+            assert not np.any(got_part[row, :, length:])
+    assert not np.array_equal(got[0], want[0])
 
 
 @pytest.mark.parametrize("lengths", [[40], [40, 37, 12]])
@@ -285,27 +305,17 @@ def test_a_feature_drafts_cross_keys_and_values_run_on_amx(lengths):
     """The feature draft's once-per-request cross-attention keys and values read its AMX
     panel of k | v: XLA's float32 products up to summation order at every valid position,
     0 at a prompt's padding (which the attention never reads)."""
-    target = _model(3)
-    prompts = [[(5 * r + c) % 35 + 2 for c in range(n)] for r, n in enumerate(lengths)]
-    ids = np.zeros([len(lengths), max(lengths)], np.int32)
-    for row, prompt in enumerate(prompts):
-        ids[row, :len(prompt)] = prompt
+    target, ids = _model(3), _padded_prompts(lengths)
     keys, values, reads = _draft_cross_keys_values(target, _feature_draft(target, 5), ids,
                                                    lengths)
     with kernels.amx(False):  # The same weights, caches made without AMX entries.
         other_target = _model(3)
-        want_keys, want_values, _ = _draft_cross_keys_values(
-            other_target, _feature_draft(other_target, 5), ids, lengths)
+        want = _draft_cross_keys_values(other_target, _feature_draft(other_target, 5), ids,
+                                        lengths)[:2]
     draft_checks = [(cache, entries) for cache, entries in reads.checks()
                     if cache.layout[entries[-1]] == kernels.AMX and len(cache) == 9]
     assert len(draft_checks) == 1  # The draft's cache: 8 decode entries, then k | v.
-    for row, length in enumerate(lengths):
-        np.testing.assert_allclose(keys[row, :, :length], want_keys[row, :, :length],
-                                   rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(values[row, :, :length], want_values[row, :, :length],
-                                   rtol=1e-5, atol=1e-5)
-        assert not np.any(keys[row, :, length:]) and not np.any(values[row, :, length:])
-    assert not np.array_equal(keys, want_keys)  # The power: another summation order ran.
+    _assert_xla_values_at_valid_positions((keys, values), want, lengths)
 
 
 @pytest.mark.parametrize("cross_attention", [True, False])
@@ -338,46 +348,22 @@ def _target_encoder_draft(target, seed):
     return draft.attach_target_encoder(projection.astype(np.float32))
 
 
-def _draft_context(target, draft, prompt_ids, lengths):
-    """The draft's cross keys and values (layer 0) from `prepare_with_target` in an XLA
-    program, and the panel entries that program read."""
-    target.refresh_decode_panels()
-    draft.refresh_decode_panels()
-
-    def prepare(ids, lens):
-        target_context, _ = target.prepare(ids, lens, 8)
-        context, _ = draft.prepare_with_target(target, target_context, ids, lens, 8)
-        return context.cross_keys[0], context.cross_values[0]
-
-    (keys, values), reads = _compiled_with_reads(prepare, prompt_ids, lengths)
-    return keys, values, reads
-
-
 @pytest.mark.parametrize("lengths", [[40], [40, 37, 12]])
 def test_a_drafts_target_encoder_projection_runs_on_amx(lengths):
     """The projection of the target's encoder output reads the AMX panels of its three
     parts (the draft cache's last entry): the draft's cross keys and values are XLA's
     float32 ones up to summation order at every valid position, 0 at the padding."""
-    target = _model(3)
-    ids = np.zeros([len(lengths), max(lengths)], np.int32)
-    for row, length in enumerate(lengths):
-        ids[row, :length] = [(5 * row + c) % 35 + 2 for c in range(length)]
-    keys, values, reads = _draft_context(target, _target_encoder_draft(target, 5), ids,
-                                         lengths)
+    target, ids = _model(3), _padded_prompts(lengths)
+    keys, values, reads = _draft_cross_keys_values(target, _target_encoder_draft(target, 5),
+                                                   ids, lengths)
     with kernels.amx(False):  # The same weights, caches made without AMX entries.
         other_target = _model(3)
-        want_keys, want_values, _ = _draft_context(
-            other_target, _target_encoder_draft(other_target, 5), ids, lengths)
+        want = _draft_cross_keys_values(other_target, _target_encoder_draft(other_target, 5),
+                                        ids, lengths)[:2]
     draft_entries = [entries for cache, entries in reads.checks() if len(cache) == 13]
     # The draft's cache: 7 decode entries, 4 of its own encoder, 1 cross k | v, then P.
     assert len(draft_entries) == 1 and 12 in draft_entries[0]
-    for row, length in enumerate(lengths):
-        np.testing.assert_allclose(keys[row, :, :length], want_keys[row, :, :length],
-                                   rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(values[row, :, :length], want_values[row, :, :length],
-                                   rtol=1e-5, atol=1e-5)
-        assert not np.any(keys[row, :, length:]) and not np.any(values[row, :, length:])
-    assert not np.array_equal(keys, want_keys)  # The power: another summation order ran.
+    _assert_xla_values_at_valid_positions((keys, values), want, lengths)
 
 
 def test_greedy_speculative_equals_autoregressive_with_a_target_encoder_draft_on_amx():
