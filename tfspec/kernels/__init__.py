@@ -419,6 +419,17 @@ def amx_applies(x: tf.Tensor) -> bool:
     return shape.is_fully_defined() and int(shape[0]) * int(shape[1]) >= AMX_MIN_ROWS
 
 
+def amx_entry(cache: Optional["PanelCache"], entry: int, x: tf.Tensor
+              ) -> Optional[tf.Tensor]:
+    """The AMX panels of a readable panel cache's `entry` for a product over `x` (inside
+    the program being traced), or None: no cache (`readable_panel_cache`), no such entry,
+    an entry without panels, or an `x` for which `amx_applies` says no."""
+    if cache is None or len(cache) <= entry or not amx_applies(x):
+        return None
+    panels = cache.variables([entry])[0]
+    return None if panels is None else tf.convert_to_tensor(panels)
+
+
 def amx_available() -> bool:
     """Whether many-row products may run on AMX here (`amx_matmul`): the kernel is loaded,
     the CPU has AMX-TILE and AMX-BF16, the OS let this process use them, and neither

@@ -361,7 +361,8 @@ class FeatureDraft(TargetBoundDraft, keras.Model):
         cross_keys = cross_values = None
         if c.cross_attention:
             states = tf.cast(target_context.encoder_states, tf.float32)
-            kv_panels = self._cross_kv_panels(cache, states)
+            # The panel cache's entry after the decode products (`_make_panel_cache`).
+            kv_panels = kernels.amx_entry(cache, len(FeatureDraftPanels._fields), states)
             if kv_panels is None:
                 cross_keys, cross_values = self.block.cross_attention.keys_values(states)
             else:  # As the target's own cross k | v: on AMX, the prompt's padding skipped.
@@ -380,18 +381,6 @@ class FeatureDraft(TargetBoundDraft, keras.Model):
         batch = tf.shape(prompt_ids)[0]
         shape = [batch, c.num_heads, int(max_length), c.d_kv]
         return context, FeatureDraftCache(tf.zeros(shape), tf.zeros(shape))
-
-    @staticmethod
-    def _cross_kv_panels(cache, states: tf.Tensor) -> Optional[tf.Tensor]:
-        """The AMX panels of the cross-attention k | v (the panel cache's entry after the
-        decode products, made where AMX runs and the weights are bfloat16 values), or None:
-        no readable cache, no such entry, or `states` [B, S, D] that the target's own
-        products would not run on AMX either (`kernels.amx_applies`)."""
-        entry = len(FeatureDraftPanels._fields)
-        if cache is None or len(cache) <= entry or not kernels.amx_applies(states):
-            return None
-        panels = cache.variables([entry])[0]
-        return None if panels is None else tf.convert_to_tensor(panels)
 
     def decode(self, context: FeatureDraftContext, cache: FeatureDraftCache, ids: tf.Tensor,
                positions: tf.Tensor, features: tf.Tensor

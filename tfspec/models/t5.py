@@ -750,7 +750,7 @@ class T5(keras.Model):
             adapter = self._target_encoder
             if adapter is not None:
                 # Last: the target-encoder projection's three bfloat16 parts (a fitted
-                # float32 matrix, not a bfloat16 value), `_projection_panels`.
+                # float32 matrix, not a bfloat16 value), `_projection_entry`.
                 add(lambda a=adapter: kernels.bfloat16_split(a.projection), adapter.projection)
             kinds += [kernels.AMX] * (len(sources) - len(kinds))
         return kernels.PanelCache(sources, variables, kinds)
@@ -781,20 +781,12 @@ class T5(keras.Model):
                       for v in cache.variables(cross_entries))
         return layers, cross
 
-    def _projection_panels(self, target_states: tf.Tensor) -> Optional[tf.Tensor]:
-        """The AMX panels of the target-encoder projection's `kernels.bfloat16_split` (the
-        panel cache's last entry, made where AMX runs and an adapter is attached), or None:
-        no readable cache, no such entry, or `target_states` [B, S, D_target] whose
-        products the target's own would not run on AMX either (`kernels.amx_applies`)."""
-        cache = kernels.readable_panel_cache(self)
-        entry = (self._decode_entries
-                 + len(T5EncoderPanels._fields) * len(self.encoder_blocks)
-                 + len(self.decoder_blocks))
-        if (self._target_encoder is None or cache is None or len(cache) <= entry
-                or not kernels.amx_applies(target_states)):
-            return None
-        panels = cache.variables([entry])[0]
-        return None if panels is None else tf.convert_to_tensor(panels)
+    def _projection_entry(self) -> int:
+        """The panel cache entry of the target-encoder projection's
+        `kernels.bfloat16_split` (last, after the cross k | v; made where AMX runs and an
+        adapter is attached)."""
+        return (self._decode_entries + len(T5EncoderPanels._fields) * len(self.encoder_blocks)
+                + len(self.decoder_blocks))
 
     def _panels_apply(self) -> bool:
         """Whether `tfspec.kernels` serves this model's decode products: float32 models (the
@@ -1068,7 +1060,8 @@ class T5(keras.Model):
             raise ValueError("this model has no target-encoder adapter "
                              "(attach_target_encoder); use prepare")
         target_states = tf.cast(target_context.encoder_states, tf.float32)
-        panels = self._projection_panels(target_states)
+        panels = kernels.amx_entry(kernels.readable_panel_cache(self),
+                                   self._projection_entry(), target_states)
         if panels is None:
             states = tf.einsum("bsd,de->bse", target_states, self._target_encoder.projection)
         else:  # On AMX, as the target's own products: the prompt's padding skipped (0).
